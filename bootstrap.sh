@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Idempotent set-up for the testbed: Debian/Ubuntu packages, a pinned virtual
+# environment in .venv, and the Open vSwitch daemons.  `make run`, `make test`,
+# .ci/run and vagrant/provision.sh all call this one script.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="$here/.venv"
+stamp_dir="$venv/.stamps"
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "bootstrap.sh: run as root (sudo make run / sudo make test)" >&2
+    exit 1
+fi
+
+apt_packages=(openvswitch-switch mininet iperf3 libiperf0 tcpdump iputils-ping
+              ethtool iproute2 procps bridge-utils python3-venv)
+
+missing=()
+for pkg in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "bootstrap: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # The Debian mininet package would start nothing; we only need its mnexec.
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python_bin="${PYTHON:-python3}"
+req_hash="$(sha256sum "$here/requirements.txt" "$here/setup.py" | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp_dir/$req_hash" ]; then
+    echo "bootstrap: creating $venv"
+    "$python_bin" -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+    "$venv/bin/pip" install -q -r "$here/requirements.txt"
+    "$venv/bin/pip" install -q --no-deps -e "$here"
+    rm -rf "$stamp_dir"; mkdir -p "$stamp_dir"; touch "$stamp_dir/$req_hash"
+fi
+
+# Start ovsdb-server and ovs-vswitchd when they are not running (there may be
+# no systemd, so use ovs-ctl directly).
+if ! ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+    echo "bootstrap: starting Open vSwitch"
+    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null
+fi
+ovs-vsctl --timeout=5 show >/dev/null

@@ -1,0 +1,83 @@
+"""The os-ken (or Ryu) application: thin shims over ``FabricService``.
+
+Each handler finds the service, calls one method and returns.  Handlers are
+wrapped by ``fail_loudly``: os-ken would log an exception and carry on with a
+half-programmed fabric, so instead the controller process exits and the
+runner stops the run with the controller's log.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import traceback
+
+from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp, ofp_event,
+                                set_ev_cls)
+from controllers.control import ControlServer
+from controllers.service import FabricService
+from topologies.fabric import Fabric
+
+LOG = logging.getLogger("fabric.app")
+EXIT_HANDLER_FAILED = 70
+
+
+def fail_loudly(handler):
+    @functools.wraps(handler)
+    def wrapper(self, ev):
+        try:
+            return handler(self, ev)
+        except Exception:  # end the process: a swallowed error leaves a broken fabric
+            traceback.print_exc()
+            LOG.critical("handler %s failed; controller exits", handler.__name__)
+            sys.stderr.flush()
+            os._exit(EXIT_HANDLER_FAILED)
+    return wrapper
+
+
+class LaunchSettings:
+    """Filled in by controllers.launcher before os-ken instantiates the app."""
+    fabric_path: str = ""
+    socket_path: str = ""
+    tdf: float = 1.0
+
+
+class FabricController(BaseApp):
+    OFP_VERSIONS = [ofp.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        with open(LaunchSettings.fabric_path) as stream:
+            fabric = Fabric.from_json(stream.read())
+        self.service = FabricService(fabric, tdf=LaunchSettings.tdf)
+        self.control = ControlServer(LaunchSettings.socket_path, self.service.handle)
+        self.control.start()
+        LOG.info("fabric %s: %d EPS, %d OCS; control channel %s", fabric.name,
+                 len(fabric.eps_switches), len(fabric.ocs_switches), LaunchSettings.socket_path)
+
+    def close(self):
+        self.control.stop()
+
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    @fail_loudly
+    def switch_features(self, ev):
+        self.service.switch_connected(ev.msg.datapath)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    @fail_loudly
+    def barrier_reply(self, ev):
+        self.service.barrier_replied(ev.msg.datapath, ev.msg.xid)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    @fail_loudly
+    def error_msg(self, ev):
+        msg = ev.msg
+        self.service.error_received(msg.datapath, f"OFPErrorMsg type={msg.type} code={msg.code} "
+                                                  f"xid={msg.xid}")
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, ["dead"])
+    @fail_loudly
+    def state_change(self, ev):
+        self.service.switch_disconnected(ev.datapath)

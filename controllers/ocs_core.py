@@ -1,0 +1,119 @@
+"""Optical circuit switch core: circuits as port-to-port flows.
+
+A circuit is a bidirectional pair of ports; it becomes two flows
+``in_port=a -> output:b`` and ``in_port=b -> output:a``.  Technology presets
+are Table 2 of the RFabric text.  The injected dark time of a
+reconfiguration is the preset's delay (or a custom one) times the testbed's
+time-dilation factor, so that it keeps its proportion to dilated traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Set
+
+from controllers import ofmsg
+from topologies.fabric import Circuit, Fabric, FabricError
+
+
+@dataclass(frozen=True)
+class Technology:
+    label: str
+    delay_ms: float
+    radix: int
+
+
+# Table 2 of the RFabric text: reconfiguration delay and radix per OCS type.
+TECHNOLOGIES: Dict[str, Technology] = {
+    "rotornet": Technology("RotorNet (InFocus)", 0.01, 128),
+    "mems": Technology("3D MEMS (Calient)", 10.0, 320),
+    "piezo": Technology("Piezo (Polatis)", 25.0, 576),
+    "lc": Technology("Liquid crystal (Coherent)", 100.0, 512),
+    "robotic": Technology("Robotic (Telescent)", 120000.0, 1008),
+}
+CUSTOM = "custom"
+
+
+def delay_ms_for(technology: str, delay_ms: Optional[float] = None) -> float:
+    """Real-world reconfiguration delay of a preset, or a custom delay."""
+    if technology == CUSTOM:
+        if delay_ms is None or delay_ms < 0:
+            raise FabricError("technology 'custom' needs a delay_ms >= 0")
+        return float(delay_ms)
+    if technology not in TECHNOLOGIES:
+        raise FabricError(f"unknown OCS technology {technology!r}; allowed: "
+                          f"{', '.join(list(TECHNOLOGIES) + [CUSTOM])}")
+    if delay_ms is not None:
+        return float(delay_ms)
+    return TECHNOLOGIES[technology].delay_ms
+
+
+@dataclass
+class ReconfigPlan:
+    ocs: str
+    keep: Set[Circuit]
+    tear: Set[Circuit]
+    light: Set[Circuit]
+    delay_real_ms: float
+    delay_emulated_s: float
+    technology: str
+
+    @property
+    def dark_ports(self) -> List[int]:
+        return sorted({p for c in self.tear | self.light for p in c})
+
+    def to_dict(self) -> dict:
+        return {"ocs": self.ocs, "keep": sorted(self.keep), "tear": sorted(self.tear),
+                "light": sorted(self.light), "dark_ports": self.dark_ports,
+                "technology": self.technology, "delay_real_ms": self.delay_real_ms,
+                "delay_emulated_ms": self.delay_emulated_s * 1000.0}
+
+
+@dataclass
+class OcsCore:
+    """Pure logic for one OCS of a fabric; returns messages."""
+
+    fabric: Fabric
+    name: str
+    tdf: float = 1.0
+    history: List[dict] = field(default_factory=list)
+
+    @property
+    def circuits(self) -> Set[Circuit]:
+        return self.fabric.circuits[self.name]
+
+    @property
+    def technology(self) -> str:
+        return self.fabric.graph.nodes[self.name]["technology"]
+
+    def switch_start(self) -> List:
+        msgs = [ofmsg.delete_all_flows(), ofmsg.drop_on_miss()]
+        for a, b in sorted(self.circuits):
+            msgs += ofmsg.circuit(a, b)
+        return msgs
+
+    def set_technology(self, technology: str, delay_ms: Optional[float] = None) -> float:
+        real_ms = delay_ms_for(technology, delay_ms)
+        self.fabric.set_technology(self.name, technology,
+                                   delay_ms if technology == CUSTOM else None)
+        return real_ms
+
+    def plan(self, circuits: Iterable[Iterable[int]], delay_ms: Optional[float] = None) -> ReconfigPlan:
+        """Validate a new full circuit assignment and split it into steps."""
+        target = self.fabric.check_circuits(self.name, circuits)
+        node = self.fabric.graph.nodes[self.name]
+        real_ms = delay_ms_for(node["technology"],
+                               delay_ms if delay_ms is not None else node.get("delay_ms"))
+        return ReconfigPlan(ocs=self.name, keep=self.circuits & target,
+                            tear=self.circuits - target, light=target - self.circuits,
+                            delay_real_ms=real_ms, delay_emulated_s=real_ms * self.tdf / 1000.0,
+                            technology=node["technology"])
+
+    def tear_msgs(self, plan: ReconfigPlan) -> List:
+        return [m for a, b in sorted(plan.tear) for m in ofmsg.circuit_delete(a, b)]
+
+    def light_msgs(self, plan: ReconfigPlan) -> List:
+        return [m for a, b in sorted(plan.light) for m in ofmsg.circuit(a, b)]
+
+    def commit(self, plan: ReconfigPlan) -> None:
+        self.fabric.circuits[self.name] = plan.keep | plan.light

@@ -1,0 +1,86 @@
+"""Stateless OpenFlow 1.3 message builders (in the style of faucet's valve_of).
+
+Every function returns parser objects with ``datapath=None``; the app shim
+binds the datapath just before sending.  Nothing here keeps state.
+"""
+
+from typing import Iterable, List
+
+from controllers.compat import ofp, parser
+
+ETH_TYPE_IPV4 = 0x0800
+PRIORITY_ROUTE = 100
+PRIORITY_CIRCUIT = 100
+PRIORITY_MISS = 0
+COOKIE_EPS = 0xE500
+COOKIE_OCS = 0x0C5
+
+
+def flow_add(match, actions, priority: int, cookie: int, table_id: int = 0):
+    instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+    return parser.OFPFlowMod(None, cookie=cookie, table_id=table_id, command=ofp.OFPFC_ADD,
+                             priority=priority, match=match, instructions=instructions,
+                             buffer_id=ofp.OFP_NO_BUFFER)
+
+
+def flow_delete_strict(match, priority: int, table_id: int = 0):
+    return parser.OFPFlowMod(None, table_id=table_id, command=ofp.OFPFC_DELETE_STRICT,
+                             priority=priority, match=match, out_port=ofp.OFPP_ANY,
+                             out_group=ofp.OFPG_ANY)
+
+
+def delete_all_flows():
+    return parser.OFPFlowMod(None, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
+                             match=parser.OFPMatch(), out_port=ofp.OFPP_ANY,
+                             out_group=ofp.OFPG_ANY)
+
+
+def delete_all_groups():
+    return parser.OFPGroupMod(None, command=ofp.OFPGC_DELETE, type_=ofp.OFPGT_ALL,
+                              group_id=ofp.OFPG_ALL)
+
+
+def drop_on_miss():
+    """Explicit table-miss drop: fabrics have loops, so nothing may flood."""
+    return flow_add(parser.OFPMatch(), [], PRIORITY_MISS, COOKIE_EPS)
+
+
+def select_group(group_id: int, ports: Iterable[int], modify: bool = False):
+    """ECMP: one bucket per output port; an empty group drops (unreachable)."""
+    buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
+                                actions=[parser.OFPActionOutput(port)])
+               for port in sorted(ports)]
+    command = ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD
+    return parser.OFPGroupMod(None, command=command, type_=ofp.OFPGT_SELECT,
+                              group_id=group_id, buckets=buckets)
+
+
+def route_to_group(ipv4_dst: str, group_id: int):
+    match = parser.OFPMatch(eth_type=ETH_TYPE_IPV4, ipv4_dst=ipv4_dst)
+    return flow_add(match, [parser.OFPActionGroup(group_id)], PRIORITY_ROUTE, COOKIE_EPS)
+
+
+def circuit_half(in_port: int, out_port: int):
+    """One direction of a circuit: everything entering in_port leaves out_port."""
+    return flow_add(parser.OFPMatch(in_port=in_port), [parser.OFPActionOutput(out_port)],
+                    PRIORITY_CIRCUIT, COOKIE_OCS)
+
+
+def circuit_half_delete(in_port: int):
+    return flow_delete_strict(parser.OFPMatch(in_port=in_port), PRIORITY_CIRCUIT)
+
+
+def circuit(a: int, b: int) -> List:
+    return [circuit_half(a, b), circuit_half(b, a)]
+
+
+def circuit_delete(a: int, b: int) -> List:
+    return [circuit_half_delete(a), circuit_half_delete(b)]
+
+
+def barrier():
+    return parser.OFPBarrierRequest(None)
+
+
+def port_stats_request(port_no: int = None):
+    return parser.OFPPortStatsRequest(None, 0, ofp.OFPP_ANY if port_no is None else port_no)

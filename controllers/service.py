@@ -1,0 +1,179 @@
+"""Controller state shared by the os-ken shim and the control channel.
+
+``FabricService`` owns the EPS and OCS cores, the connected datapaths and the
+barrier bookkeeping.  It never imports os-ken's app machinery, so unit tests
+drive it with fake datapaths that serialise real OpenFlow 1.3 messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Dict, List, Optional, Set
+
+from controllers import ofmsg
+from controllers.eps_core import EpsCore
+from controllers.ocs_core import TECHNOLOGIES, OcsCore
+from controllers.reconfig import reconfigure
+from topologies.fabric import EPS, OCS, Fabric, FabricError
+
+LOG = logging.getLogger("fabric.service")
+BARRIER_TIMEOUT_S = 10.0
+
+
+class SwitchError(RuntimeError):
+    """A switch rejected a message or did not confirm a barrier."""
+
+
+class FabricService:
+    def __init__(self, fabric: Fabric, tdf: float = 1.0):
+        self.fabric = fabric
+        self.tdf = tdf
+        self.eps = EpsCore(fabric)
+        self.ocs: Dict[str, OcsCore] = {name: OcsCore(fabric, name, tdf)
+                                         for name in fabric.ocs_switches}
+        self.datapaths: Dict[str, object] = {}
+        self.ready: Set[str] = set()
+        self.errors: List[str] = []
+        self._pending: Dict[tuple, threading.Event] = {}
+        self._initial: Dict[tuple, str] = {}
+        self._state_lock = threading.Lock()
+        self._reconfig_lock = threading.Lock()
+
+    # ------------------------------------------------------------ datapath events
+    def switch_connected(self, datapath) -> None:
+        name = self.fabric.node_by_dpid(datapath.id)
+        kind = self.fabric.kind(name)
+        msgs = self.eps.switch_start(name) if kind == EPS else self.ocs[name].switch_start()
+        with self._state_lock:
+            self.datapaths[name] = datapath
+            self.ready.discard(name)
+        xid = self._send(datapath, msgs)
+        with self._state_lock:
+            self._initial[(datapath.id, xid)] = name
+        LOG.info("%s (dpid %d) connected: %d messages installed", name, datapath.id, len(msgs))
+
+    def switch_disconnected(self, datapath) -> None:
+        with self._state_lock:
+            for name, known in list(self.datapaths.items()):
+                if known is datapath:
+                    del self.datapaths[name]
+                    self.ready.discard(name)
+
+    def barrier_replied(self, datapath, xid: int) -> None:
+        with self._state_lock:
+            event = self._pending.pop((datapath.id, xid), None)
+            name = self._initial.pop((datapath.id, xid), None)
+            if name is not None:
+                self.ready.add(name)
+        if event is not None:
+            event.set()
+
+    def error_received(self, datapath, description: str) -> None:
+        message = f"dpid {datapath.id}: {description}"
+        LOG.error("switch error: %s", message)
+        with self._state_lock:
+            self.errors.append(message)
+
+    # ------------------------------------------------------------ sending
+    def _send(self, datapath, msgs: List) -> int:
+        """Send msgs and a barrier; returns the barrier's xid (registered first)."""
+        barrier = ofmsg.barrier()
+        barrier.datapath = datapath
+        xid = datapath.set_xid(barrier)
+        with self._state_lock:
+            self._pending[(datapath.id, xid)] = threading.Event()
+        for msg in msgs:
+            msg.datapath = datapath
+            datapath.send_msg(msg)
+        datapath.send_msg(barrier)
+        return xid
+
+    def apply(self, batch: Dict[str, List]) -> None:
+        """Send each switch its messages, then wait for every barrier reply."""
+        errors_before = len(self.errors)
+        waits = []
+        for name, msgs in batch.items():
+            datapath = self.datapaths.get(name)
+            if datapath is None:
+                raise SwitchError(f"{name} is not connected")
+            xid = self._send(datapath, msgs)
+            waits.append((name, self._pending.get((datapath.id, xid))))
+        deadline = time.time() + BARRIER_TIMEOUT_S
+        for name, event in waits:
+            if event is not None and not event.wait(max(0.0, deadline - time.time())):
+                raise SwitchError(f"{name} did not answer a barrier within {BARRIER_TIMEOUT_S} s")
+        if len(self.errors) > errors_before:
+            raise SwitchError("switch errors: " + "; ".join(self.errors[errors_before:]))
+
+    # ------------------------------------------------------------ control requests
+    def status(self) -> dict:
+        switches = set(self.fabric.switches)
+        with self._state_lock:
+            return {"ready": self.ready >= switches and not self.errors,
+                    "connected": sorted(self.datapaths), "ready_switches": sorted(self.ready),
+                    "missing": sorted(switches - self.ready), "errors": list(self.errors)}
+
+    def state(self) -> dict:
+        return {"circuits": {o: sorted(list(c) for c in cs)
+                             for o, cs in self.fabric.circuits.items()},
+                "technology": {o: {"name": core.technology,
+                                   "delay_ms": self.fabric.graph.nodes[o].get("delay_ms")}
+                               for o, core in self.ocs.items()},
+                "down_links": sorted(sorted(link) for link in self.eps.down_links),
+                "tdf": self.tdf}
+
+    def _ocs(self, name) -> OcsCore:
+        if name not in self.ocs:
+            raise FabricError(f"unknown OCS {name!r}; OCS in this fabric: {sorted(self.ocs)}")
+        return self.ocs[name]
+
+    def do_reconfigure(self, ocs: str, circuits, delay_ms: Optional[float] = None,
+                       technology: Optional[str] = None) -> dict:
+        core = self._ocs(ocs)
+        with self._reconfig_lock:
+            if technology is not None:
+                core.set_technology(technology, delay_ms)
+            plan = core.plan(circuits, delay_ms)
+            result = reconfigure(self.eps, core, plan, self.apply)
+        core.history.append(result)
+        LOG.info("%s reconfigured: tear %s light %s dark %.3f ms", ocs, sorted(plan.tear),
+                 sorted(plan.light), result["dark_s"] * 1000)
+        return result
+
+    def do_preset(self, ocs: str, technology: str, delay_ms: Optional[float] = None) -> dict:
+        real_ms = self._ocs(ocs).set_technology(technology, delay_ms)
+        return {"ocs": ocs, "technology": technology, "delay_real_ms": real_ms,
+                "delay_emulated_ms": real_ms * self.tdf}
+
+    def do_link(self, u: str, v: str, up: bool) -> dict:
+        if not self.fabric.graph.has_edge(u, v):
+            raise FabricError(f"no link {u}-{v} in the fabric")
+        with self._reconfig_lock:
+            link = frozenset((u, v))
+            (self.eps.down_links.discard if up else self.eps.down_links.add)(link)
+            batch = self.eps.reroute()
+            self.apply(batch)
+        return {"changed_switches": sorted(batch)}
+
+    def handle(self, request: dict) -> dict:
+        op = request.get("op")
+        args = {k: v for k, v in request.items() if k != "op"}
+        if op == "status":
+            return self.status()
+        if op == "state":
+            return self.state()
+        if op == "reconfigure":
+            return self.do_reconfigure(**args)
+        if op == "preset":
+            return self.do_preset(**args)
+        if op == "link":
+            return self.do_link(**args)
+        if op == "technologies":
+            return {"technologies": {k: vars(t) for k, t in TECHNOLOGIES.items()}}
+        raise ValueError(f"unknown op {op!r}; allowed: status, state, reconfigure, preset, "
+                         "link, technologies")
+
+
+__all__ = ["FabricService", "SwitchError", "OCS"]

@@ -1,0 +1,232 @@
+"""The emulation lifecycle: one context manager owns every resource.
+
+    with Testbed(fabric, scale, run_dir) as bed:
+        bed.net.get("h1").cmd("ping -c1 10.0.0.2")
+        bed.control.call("reconfigure", ocs="o1", circuits=[[1, 4]])
+
+On entry: take the run lock, remove a killed run's leftovers, start OVS if
+needed, start the controller process (OpenFlow on 127.0.0.1, control channel
+on a 0600 Unix socket), build the Mininet network with the userspace or
+kernel datapath, switch offloads off on host interfaces (userspace
+datapath), install static ARP and wait until the controller confirmed every
+switch with a barrier.  On exit, whatever happened (exception, SIGINT,
+SIGTERM), everything is stopped and removed in ``finally`` blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from controllers.control import ControlClient, ControlError
+from emu import ovs, state
+from emu.scale import Scale
+from emu.waiting import wait_until
+from topologies.fabric import Fabric
+
+CONTROLLER_START_TIMEOUT_S = 30.0
+SWITCHES_READY_TIMEOUT_S = 120.0
+
+
+class TestbedError(RuntimeError):
+    """The emulation could not be brought up; the message says why."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so that finally blocks run."""
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Datapath:
+    info: ovs.OvsInfo
+    netem: bool
+
+
+class Testbed:
+    def __init__(self, fabric: Fabric, scale: Scale, run_dir: Path,
+                 log: Callable[[str], None] = print, description: str = ""):
+        self.fabric = fabric
+        self.scale = scale
+        self.run_dir = Path(run_dir)
+        self.log = log
+        self.description = description or fabric.name
+        self.net = None
+        self.control: Optional[ControlClient] = None
+        self.controller: Optional[subprocess.Popen] = None
+        self.datapath: Optional[Datapath] = None
+        self._stack = ExitStack()
+        self._old_sigterm = None
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Testbed":
+        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
+        try:
+            lock = state.RunLock().acquire(self.description)
+            self._stack.callback(lock.release)
+            leftovers = state.clean(log=lambda m: self.log(f"previous run left {m[9:]}"))
+            if leftovers:
+                self.log(f"removed {len(leftovers)} leftover(s) of an earlier run")
+            self._stack.callback(self._final_clean)
+            info = ovs.ensure_ovs()
+            self.datapath = Datapath(info=info, netem=ovs.netem_available())
+            self.log(f"Open vSwitch {info.version}, {info.datapath} datapath"
+                     f"{'' if self.datapath.netem else ', no netem (no delay/loss emulation)'}")
+            self._start_controller()
+            self._build_network()
+            self._wait_ready()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+
+    def _final_clean(self) -> None:
+        state.clean(log=lambda m: None)
+
+    # ------------------------------------------------------------ controller
+    def _start_controller(self) -> None:
+        state.ensure_run_dir()
+        fabric_path = os.path.join(state.RUN_DIR, "fabric.json")
+        with open(fabric_path, "w") as stream:
+            stream.write(self.fabric.to_json())
+        self.socket_path = os.path.join(state.RUN_DIR, "control.sock")
+        self.ofp_port = free_loopback_port()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.run_dir / "controller.log", "w")
+        self._stack.callback(log_file.close)
+        repo_root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONPATH=repo_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "controllers.launcher", "--fabric", fabric_path,
+             "--socket", self.socket_path, "--ofp-port", str(self.ofp_port),
+             "--tdf", repr(self.scale.tdf)],
+            stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=repo_root,
+            start_new_session=True)
+        state.record_pid(self.controller.pid, "controller")
+        self._stack.callback(self._stop_controller)
+        wait_until(lambda: self.controller.poll() is not None or os.path.exists(self.socket_path),
+                   CONTROLLER_START_TIMEOUT_S, "the controller's control socket")
+        self.check_controller()
+        self.control = ControlClient(self.socket_path)
+        self._stack.callback(self.control.close)
+        self.log(f"controller pid {self.controller.pid}, OpenFlow 127.0.0.1:{self.ofp_port}")
+
+    def check_controller(self) -> None:
+        """Raise if the controller process died (its handlers exit on error)."""
+        if self.controller is not None and self.controller.poll() is not None:
+            raise TestbedError(f"the controller exited with code {self.controller.returncode}; "
+                               f"see {self.run_dir / 'controller.log'}:\n" + self.controller_log(20))
+
+    def controller_log(self, lines: int = 0) -> str:
+        try:
+            text = (self.run_dir / "controller.log").read_text()
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:]) if lines else text
+
+    def _stop_controller(self) -> None:
+        if self.controller is None or self.controller.poll() is not None:
+            return
+        self.controller.terminate()
+        try:
+            self.controller.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.controller.kill()
+            self.controller.wait(timeout=10)
+
+    # ------------------------------------------------------------ network
+    def _build_network(self) -> None:
+        from mininet.link import TCLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch
+        from topologies.mininet_topo import FabricTopo
+
+        setLogLevel("warning")
+        topo = FabricTopo(self.fabric, bw_factor=self.scale.bw_factor,
+                          switch_opts={"datapath": self.datapath.info.mininet_datapath,
+                                       "protocols": "OpenFlow13", "failMode": "secure"})
+        started = time.monotonic()
+        self.net = Mininet(topo=topo, switch=OVSSwitch, link=TCLink, controller=None,
+                           autoSetMacs=False, autoStaticArp=False, build=False)
+        self._stack.callback(self._stop_network)
+        self.net.build()
+        for host in self.net.hosts:
+            state.record_pid(host.pid, f"mininet host {host.name}")
+        self.net.start()
+        ovs.set_controller([s.name for s in self.net.switches], f"tcp:127.0.0.1:{self.ofp_port}")
+        if self.datapath.info.datapath == ovs.USERSPACE:
+            for host in self.net.hosts:
+                for intf in host.intfList():
+                    host.cmd(ovs.disable_offloads_cmd(intf.name))
+        self.net.staticArp()
+        self.build_s = time.monotonic() - started
+        self.log(f"network built: {len(self.net.hosts)} hosts, {len(self.net.switches)} switches, "
+                 f"{len(self.net.links)} links in {self.build_s:.1f} s")
+
+    def _wait_ready(self) -> None:
+        def ready():
+            self.check_controller()
+            return self.control.call("status")["ready"]
+
+        def detail():
+            status = self.control.call("status")
+            return f"missing {status['missing']}, errors {status['errors']}"
+
+        wait_until(ready, SWITCHES_READY_TIMEOUT_S, "every switch to be programmed",
+                   interval_s=0.1, detail=detail)
+
+    def _stop_network(self) -> None:
+        if self.net is None:
+            return
+        from mininet.log import setLogLevel
+        setLogLevel("error")
+        started = time.monotonic()
+        try:
+            self.net.stop()
+        finally:
+            self.stop_s = time.monotonic() - started
+            self.net = None
+
+    # ------------------------------------------------------------ helpers
+    def host(self, name: str):
+        return self.net.get(name)
+
+    def popen(self, host: str, args, what: str, **kwargs) -> subprocess.Popen:
+        """A process in a host's namespace, recorded for cleanup."""
+        proc = self.net.get(host).popen(args, **kwargs)
+        state.record_pid(proc.pid, what)
+        return proc
+
+    def status(self) -> dict:
+        self.check_controller()
+        try:
+            return self.control.call("status")
+        except ControlError as exc:
+            self.check_controller()
+            raise TestbedError(str(exc)) from None

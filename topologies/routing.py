@@ -1,0 +1,79 @@
+"""Shortest-path ECMP routing over a fabric's logical graph.
+
+Pure functions: they take the logical graph (static links plus lit circuits,
+see ``Fabric.logical_graph``) and return, for every packet switch and every
+destination host, the set of output ports that lie on a shortest path.  Hosts
+never forward (except in fabrics that make a host a transit node on purpose,
+which pass ``transit_hosts``).  The controller turns each entry into one
+OpenFlow select group.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import networkx as nx
+
+from topologies.fabric import EPS, HOST
+
+NextHops = Dict[str, Dict[str, Tuple[int, ...]]]
+
+
+def _hop_distances(logical: nx.MultiGraph, dst: str, transit_hosts: bool) -> Dict[str, int]:
+    """BFS distances to dst, never passing through another host."""
+    dist = {dst: 0}
+    queue = deque([dst])
+    while queue:
+        node = queue.popleft()
+        if node != dst and logical.nodes[node]["kind"] == HOST and not transit_hosts:
+            continue
+        for peer in logical.neighbors(node):
+            if peer not in dist:
+                dist[peer] = dist[node] + 1
+                queue.append(peer)
+    return dist
+
+
+def next_hops(logical: nx.MultiGraph, transit_hosts: bool = False,
+              destinations: Optional[Iterable[str]] = None) -> NextHops:
+    """switch -> destination host -> sorted output ports on shortest paths.
+
+    A switch that cannot reach a destination has no entry for it.
+    """
+    hosts = [n for n, d in logical.nodes(data=True) if d["kind"] == HOST]
+    switches = [n for n, d in logical.nodes(data=True) if d["kind"] == EPS]
+    table: NextHops = {s: {} for s in switches}
+    for dst in (destinations if destinations is not None else hosts):
+        dist = _hop_distances(logical, dst, transit_hosts)
+        for switch in switches:
+            if switch not in dist:
+                continue
+            ports = set()
+            for _, peer, data in logical.edges(switch, data=True):
+                if dist.get(peer) == dist[switch] - 1:
+                    ports.add(data["ports"][switch])
+            if ports:
+                table[switch][dst] = tuple(sorted(ports))
+    return table
+
+
+def shortest_paths(logical: nx.MultiGraph, src: str, dst: str) -> List[List[str]]:
+    """Every shortest node path src -> dst that does not transit a host."""
+    allowed = logical.subgraph(
+        n for n, d in logical.nodes(data=True) if d["kind"] != HOST or n in (src, dst))
+    try:
+        return sorted(nx.all_shortest_paths(allowed, src, dst))
+    except nx.NetworkXNoPath:
+        return []
+
+
+def diff(old: NextHops, new: NextHops) -> Dict[str, Dict[str, Optional[Tuple[int, ...]]]]:
+    """Entries that changed: switch -> dst -> new ports (None = removed)."""
+    changes: Dict[str, Dict[str, Optional[Tuple[int, ...]]]] = {}
+    for switch in set(old) | set(new):
+        before, after = old.get(switch, {}), new.get(switch, {})
+        for dst in set(before) | set(after):
+            if before.get(dst) != after.get(dst):
+                changes.setdefault(switch, {})[dst] = after.get(dst)
+    return changes
