@@ -34,6 +34,8 @@ from topologies.fabric import Fabric
 
 CONTROLLER_START_TIMEOUT_S = 30.0
 SWITCHES_READY_TIMEOUT_S = 120.0
+QUEUE_MS = 50.0
+MIN_QUEUE_PACKETS = 20
 
 
 class TestbedError(RuntimeError):
@@ -160,6 +162,17 @@ class Testbed:
             self.controller.wait(timeout=10)
 
     # ------------------------------------------------------------ network
+    @property
+    def queue_packets(self) -> int:
+        """Egress queue of about QUEUE_MS at the slowest emulated link rate.
+
+        Mininet's default (the 1000-packet txqueuelen) holds over a second of
+        traffic at a few Mbit/s, and the bufferbloat would dominate timing.
+        """
+        slowest_mbps = min(d["gbps"] for _, _, d in self.fabric.links()) * 1000 * self.scale.bw_factor
+        packets = slowest_mbps * 1e6 * QUEUE_MS / 1000 / 8 / 1514
+        return max(MIN_QUEUE_PACKETS, int(packets))
+
     def _build_network(self) -> None:
         from mininet.link import TCLink
         from mininet.log import setLogLevel
@@ -169,6 +182,7 @@ class Testbed:
 
         setLogLevel("warning")
         topo = FabricTopo(self.fabric, bw_factor=self.scale.bw_factor,
+                          link_opts={"max_queue_size": self.queue_packets},
                           switch_opts={"datapath": self.datapath.info.mininet_datapath,
                                        "protocols": "OpenFlow13", "failMode": "secure"})
         started = time.monotonic()

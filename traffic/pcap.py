@@ -51,13 +51,15 @@ _PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp"}
 _PROTO_NUMBERS = {"tcp": 6, "udp": 17}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PacketRecord:
     """One IPv4 packet of a capture.
 
     ``ts`` is epoch seconds, ``length`` the frame length on the wire in bytes.
     ``sport``/``dport`` are None for protocols without ports and for
     non-first IP fragments; ``proto`` is "tcp", "udp", "icmp" or "ip<N>".
+    Not frozen: a frozen dataclass's __init__ tripled the cost of reading a
+    capture, and records are treated as read-only all the same.
     """
 
     ts: float
@@ -173,6 +175,8 @@ def iter_packet_records(pcap_path, *, proto: Optional[str] = None,
     except Scapy_Exception as error:
         raise ValueError(f"{pcap_path} is not a pcap or pcapng capture: "
                          f"{error}") from None
+    # A capture holds few distinct addresses: format each one once.
+    address_text = {}
     try:
         for frame, meta in reader:
             ts, linktype, wirelen = _timestamp_and_linktype(reader, meta)
@@ -202,11 +206,14 @@ def iter_packet_records(pcap_path, *, proto: Optional[str] = None,
                 continue
             if want_dport is not None and ports[1] != want_dport:
                 continue
-            yield PacketRecord(ts=ts, length=wirelen,
-                               src=socket.inet_ntoa(src),
-                               dst=socket.inet_ntoa(dst),
-                               sport=ports[0], dport=ports[1],
-                               proto=_PROTO_NAMES.get(number, f"ip{number}"))
+            src_text = address_text.get(src)
+            if src_text is None:
+                src_text = address_text[src] = socket.inet_ntoa(src)
+            dst_text = address_text.get(dst)
+            if dst_text is None:
+                dst_text = address_text[dst] = socket.inet_ntoa(dst)
+            yield PacketRecord(ts, wirelen, src_text, dst_text, ports[0],
+                               ports[1], _PROTO_NAMES.get(number) or f"ip{number}")
     finally:
         reader.close()
 
