@@ -8,7 +8,7 @@ setup(
     description=("Mininet + Open vSwitch + os-ken testbed for the network fabrics "
                  "of disaggregated LLM RL and prefill/decode inference"),
     packages=find_packages(include=["emu*", "controllers*", "topologies*", "traffic*"]),
-    package_data={"emu": ["scenarios/*.toml"]},
+    package_data={"emu": ["scenarios/*.toml"], "topologies": ["prices.toml"]},
     python_requires=">=3.10",
     install_requires=[
         "os-ken>=4.2",

@@ -353,16 +353,21 @@ def plot_timeline(result: dict, path: Path, scale: Scale) -> Path:
     axis.set_xlabel("time since start (s, emulated)")
     axis.set_ylabel("throughput (Mbit/s, emulated)")
 
-    span_end = 0.0
+    span_end = peak = 0.0
     for entry in series:
         points = [(float(t), float(mbps)) for t, mbps in entry["points"]]
         if not points:
             continue
+        if len(points) >= 2:
+            # Points are (bin start, rate): draw the last bin to its end too,
+            # assuming it is as wide as the one before.
+            width = points[-1][0] - points[-2][0]
+            points.append((points[-1][0] + width, points[-1][1]))
         times, rates = zip(*points)
-        # Points are (bin start, rate): hold each rate until the next bin.
         axis.step(times, rates, where="post", linewidth=1.2,
                   label=str(entry.get("label", "?")))
         span_end = max(span_end, times[-1])
+        peak = max(peak, max(rates))
     for window in windows:
         span_end = max(span_end, float(window["end"]))
     if not any(entry["points"] for entry in series):
@@ -380,7 +385,8 @@ def plot_timeline(result: dict, path: Path, scale: Scale) -> Path:
             axis.text((start + end) / 2, 0.98, str(window["label"]),
                       transform=axis.get_xaxis_transform(), rotation=90,
                       ha="center", va="top", fontsize=7, color="0.2")
-    axis.set_ylim(bottom=0)
+    # Headroom above the highest rate keeps the legend off the lines.
+    axis.set_ylim(bottom=0, top=(peak * 1.25) or 1.0)
     axis.set_xlim(left=0, right=max(x_span, 1e-9))
     axis.grid(True, alpha=0.3)
 
@@ -620,7 +626,7 @@ def _flows_section(flows: Optional[List[FlowRow]], scale: Scale) -> List[str]:
     status_text = ", ".join(f"{count} {status}" for status, count
                             in sorted(statuses.items()))
     lines.append(f"- **{len(flows)} flows**: {status_text}")
-    lines.append(f"- **Bytes moved**: " + (format_quantity(total_bytes, "B")
+    lines.append("- **Flow sizes, summed**: " + (format_quantity(total_bytes, "B")
                  if identity else scale.format_bytes(total_bytes)))
     if starts and ends:
         span = max(ends) - min(starts)

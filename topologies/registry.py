@@ -10,13 +10,25 @@ from __future__ import annotations
 import inspect
 from typing import Callable, Dict, Tuple
 
-from topologies import fattree, hybrid, leafspine
+from topologies import (fattree, fattree_os, hpn, hybrid, leafspine, rail_fabric, rail_only,
+                        railfly, rfabric, roft, sip_ocs, zcube)
 from topologies.fabric import Fabric, FabricError
 
 BUILDERS: Dict[str, Callable[..., Fabric]] = {
     "fattree": fattree.build,
     "leafspine": leafspine.build,
     "hybrid": hybrid.build,
+    "clos": fattree_os.build_nonblocking,
+    "fattree-os": fattree_os.build,
+    "fattree-os-edge": fattree_os.build_edge,
+    "roft": roft.build,
+    "rail-only": rail_only.build,
+    "hpn": hpn.build,
+    "sip-ocs": sip_ocs.build,
+    "rfabric": rfabric.build,
+    "zcube": zcube.build,
+    "railfly": railfly.build,
+    "rail-fabric": rail_fabric.build,
 }
 
 

@@ -1,16 +1,24 @@
-"""One iperf3 endpoint, run inside a Mininet host's network namespace.
+"""iperf3 clients through the iperf3 Python wrapper, inside a host's namespace.
 
-The iperf3 Python wrapper drives libiperf in-process, and a process can only
-be in one namespace, so every flow gets a small worker process started with
-``host.popen``.  Two settings the wrapper does not expose are set through its
-own libiperf handle: the byte count (``-n``) and the pacing timer; interval
-reports are switched off so that the JSON the wrapper captures through a pipe
-stays small however long the flow.
+The wrapper drives libiperf in-process, and a process lives in one network
+namespace, so clients run in processes started in the Mininet host: either
+one per flow (this module's command line) or forked by a per-host agent
+(``traffic.host_agent``), which keeps Python start-up off the CPU budget.
 
-    server: python -m traffic.iperf_worker server --bind IP --port P
-    client: python -m traffic.iperf_worker client --dst IP --port P --bytes N [--reverse]
-            prints {"armed": true}, waits for a line on stdin, runs, prints
-            {"start": epoch, "end": epoch, "result": <iperf3 JSON>}
+Two settings the wrapper does not expose are set through its own libiperf
+handle: the byte count (``-n``) and the pacing timer.  Interval reports are
+switched off, so that the JSON the wrapper captures through a pipe stays
+small however long the flow.
+
+Servers are the iperf3 binary in one-off mode (``server_command``): the
+measurement is the client's JSON (which carries the receiver's figures), and
+a C process per flow costs far less CPU than a Python one on a 2-core
+machine whose other core forwards every packet.
+
+    python -m traffic.iperf_worker --dst IP --port P (--bytes N | --duration S)
+           [--reverse] [--udp] [--rate-mbps R] [--blksize B] [--pacing-us U] [--wait-go]
+    prints {"armed": true}; with --wait-go waits for a line on stdin; runs;
+    prints {"start": epoch, "end": epoch, "result": <iperf3 JSON>}
 """
 
 from __future__ import annotations
@@ -20,13 +28,36 @@ import ctypes
 import json
 import sys
 import time
+from dataclasses import asdict, dataclass
+from typing import List
 
 CONNECT_RETRIES = 100
 CONNECT_RETRY_S = 0.02
 
 
-def _libiperf_extras(endpoint, num_bytes: int = 0, pacing_us: int = 0) -> None:
-    lib, test = endpoint.lib, endpoint._test
+def server_command(bind_ip: str, port: int) -> List[str]:
+    """A one-off iperf3 server: serves exactly one test, then exits."""
+    return ["iperf3", "--server", "--one-off", "--bind", bind_ip, "--port", str(port)]
+
+
+@dataclass
+class ClientSpec:
+    dst: str
+    port: int
+    bytes: int = 0
+    duration: int = 10
+    reverse: bool = False
+    udp: bool = False
+    rate_mbps: float = 0.0
+    blksize: int = 0
+    pacing_us: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _libiperf_extras(client, num_bytes: int, pacing_us: int) -> None:
+    lib, test = client.lib, client._test
     lib.iperf_set_test_reporter_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
     lib.iperf_set_test_stats_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
     lib.iperf_set_test_reporter_interval(test, 0.0)
@@ -39,79 +70,62 @@ def _libiperf_extras(endpoint, num_bytes: int = 0, pacing_us: int = 0) -> None:
         lib.iperf_set_test_pacing_timer(test, pacing_us)
 
 
-def run_server(args) -> dict:
-    import iperf3
-    server = iperf3.Server()
-    server.bind_address = args.bind
-    server.port = args.port
-    server.json_output = True
-    _libiperf_extras(server)
-    result = server.run()
-    return {"result": result.json if result is not None else {"error": "no result"}}
-
-
-def _client(args):
+def build_client(spec: ClientSpec):
     import iperf3
     client = iperf3.Client()
-    client.server_hostname = args.dst
-    client.port = args.port
+    client.server_hostname = spec.dst
+    client.port = spec.port
     client.json_output = True
-    client.protocol = "udp" if args.udp else "tcp"
-    client.reverse = args.reverse
-    if args.blksize:
-        client.blksize = args.blksize
-    if args.rate_mbps:
-        client.bandwidth = int(args.rate_mbps * 1e6)
-    if args.bytes:
-        client.duration = 0
-        _libiperf_extras(client, num_bytes=args.bytes, pacing_us=args.pacing_us)
-    else:
-        client.duration = args.duration
-        _libiperf_extras(client, pacing_us=args.pacing_us)
+    client.protocol = "udp" if spec.udp else "tcp"
+    client.reverse = spec.reverse
+    if spec.blksize:
+        client.blksize = spec.blksize
+    if spec.rate_mbps:
+        client.bandwidth = int(spec.rate_mbps * 1e6)
+    # With a byte count the test must have no duration, as `iperf3 -n` does.
+    client.duration = 0 if spec.bytes else max(1, int(spec.duration))
+    _libiperf_extras(client, spec.bytes, spec.pacing_us)
     return client
 
 
-def run_client(args) -> dict:
-    print(json.dumps({"armed": True}), flush=True)
-    if args.wait_go and not sys.stdin.readline():
-        return {"error": "replayer closed stdin before go"}
-    start = time.time()
+def run_client(spec: ClientSpec) -> dict:
+    """Run one test; retry while the one-off server is still starting up."""
     for _ in range(CONNECT_RETRIES):
-        result = _client(args).run().json
+        start = time.time()
+        result = build_client(spec).run().json
         error = result.get("error", "")
-        # The server is armed before the client, but may still be starting up.
         if "unable to connect" not in error and "Connection refused" not in error:
             break
         time.sleep(CONNECT_RETRY_S)
-        start = time.time()
     return {"start": start, "end": time.time(), "result": result}
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m traffic.iperf_worker")
-    sub = parser.add_subparsers(dest="role", required=True)
-    server = sub.add_parser("server")
-    server.add_argument("--bind", required=True)
-    server.add_argument("--port", type=int, required=True)
-    client = sub.add_parser("client")
-    client.add_argument("--dst", required=True)
-    client.add_argument("--port", type=int, required=True)
-    client.add_argument("--bytes", type=int, default=0)
-    client.add_argument("--duration", type=int, default=10)
-    client.add_argument("--rate-mbps", type=float, default=0.0)
-    client.add_argument("--udp", action="store_true")
-    client.add_argument("--blksize", type=int, default=0)
-    client.add_argument("--pacing-us", type=int, default=0)
-    client.add_argument("--reverse", action="store_true",
+def parse_args(argv) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m traffic.iperf_worker",
+                                     description="one iperf3 client test, JSON on stdout")
+    parser.add_argument("--dst", required=True, help="server address")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--bytes", type=int, default=0, help="bytes to move (iperf3 -n)")
+    parser.add_argument("--duration", type=int, default=10, help="seconds, without --bytes")
+    parser.add_argument("--reverse", action="store_true",
                         help="the server sends; the client receives and stops at --bytes")
-    client.add_argument("--wait-go", action="store_true")
+    parser.add_argument("--udp", action="store_true")
+    parser.add_argument("--rate-mbps", type=float, default=0.0)
+    parser.add_argument("--blksize", type=int, default=0)
+    parser.add_argument("--pacing-us", type=int, default=0)
+    parser.add_argument("--wait-go", action="store_true", help="wait for a line on stdin")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    output = run_server(args) if args.role == "server" else run_client(args)
-    print(json.dumps(output), flush=True)
+    args = vars(parse_args(sys.argv[1:] if argv is None else argv))
+    wait_go = args.pop("wait_go")
+    spec = ClientSpec(**args)
+    print(json.dumps({"armed": True}), flush=True)
+    if wait_go and not sys.stdin.readline():
+        print(json.dumps({"error": "stdin closed before go"}), flush=True)
+        return 1
+    print(json.dumps(run_client(spec)), flush=True)
     return 0
 
 

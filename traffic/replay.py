@@ -1,9 +1,11 @@
 """Replay a flow DAG on Mininet hosts with iperf3 and record every flow.
 
-Each flow is *armed* ahead of time (an iperf3 server on the destination and a
-client on the source, both started and waiting), and *fired* when its start
-condition holds, by one line on the client's stdin.  Arming the next wave
-while the current one runs keeps process start-up off the critical path.
+Each flow is *armed* ahead of time (a one-off iperf3 server on the source,
+and a client forked by the destination's host agent, waiting) and *fired*
+when its start condition holds.  Clients run in reverse mode: the client is
+the receiver and stops when it has received every byte, so a flow's end is
+its last byte's arrival.  Arming the next wave while the current one runs
+keeps process start-up off the critical path.
 """
 
 from __future__ import annotations
@@ -14,13 +16,17 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+from emu import state
 from traffic.flows import Flow, FlowDag
+from traffic.iperf_worker import ClientSpec, server_command
 
 BASE_PORT = 5201
 MIN_FLOW_TIMEOUT_S = 30.0
+AGENT_START_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -46,29 +52,75 @@ class FlowResult:
     def to_dict(self) -> dict:
         return dict(asdict(self), duration_s=self.duration_s)
 
+    def fill(self, data: dict) -> None:
+        """Take a client's output: {"start", "end", "result": iperf3 JSON}."""
+        self.start, self.end = data.get("start", 0.0), data.get("end", 0.0)
+        iperf = data.get("result", {})
+        if "error" in iperf or "error" in data:
+            self.status, self.error = "failed", str(iperf.get("error") or data.get("error"))
+            return
+        end = iperf.get("end", {})
+        received = end.get("sum_received", {})
+        self.bytes_received = int(received.get("bytes", 0))
+        self.goodput_mbps = received.get("bits_per_second", 0.0) / 1e6
+        self.retransmits = int(end.get("sum_sent", {}).get("retransmits", 0))
+        self.status = "ok"
 
-@dataclass
-class _Armed:
-    flow: Flow
-    server: object
-    client: object
-    lines: "queue.Queue[str]" = field(default_factory=queue.Queue)
-    fired_at: float = 0.0
+
+class HostAgent:
+    """The ``traffic.host_agent`` process of one host, and its event stream."""
+
+    def __init__(self, bed, host: str, results_dir: Path, events: "queue.Queue"):
+        self.host = host
+        self.proc = bed.popen(host, [sys.executable, "-m", "traffic.host_agent", "--results",
+                                     str(results_dir)], f"host agent {host}",
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+        self.ready = threading.Event()
+        threading.Thread(target=self._pump, args=(events,), daemon=True).start()
+
+    def _pump(self, events: "queue.Queue") -> None:
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event["event"] == "ready":
+                self.ready.set()
+            else:
+                events.put(event)
+        events.put({"event": "agent-exit", "host": self.host})
+
+    def send(self, command: dict) -> None:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send({"op": "quit"})
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(timeout=5)
 
 
-def _pump(stream, lines: "queue.Queue[str]") -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put("")
+def reap(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=grace_s)
 
 
 class Replayer:
-    def __init__(self, bed, dag: FlowDag, expected_mbps: float,
+    def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
                  progress: Optional[Callable[[int, int], None]] = None):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
+        self.work_dir = Path(work_dir)
         self.progress = progress
+        self.t0 = 0.0
         self._ports: Dict[str, int] = {}
 
     def _next_port(self, host: str) -> int:
@@ -79,31 +131,6 @@ class Replayer:
     def _ip(self, host: str) -> str:
         return self.bed.fabric.graph.nodes[host]["ip"]
 
-    def _arm(self, flow: Flow) -> _Armed:
-        """Server on the source, reverse-mode client on the destination.
-
-        In reverse mode the client is the receiver and stops when it has
-        *received* ``bytes``, so a flow's end is the receiver's last byte; a
-        forward-mode client would stop once the bytes sat in its own socket
-        buffer, before the network carried them.
-        """
-        port = self._next_port(flow.src)
-        python = sys.executable
-        server = self.bed.popen(
-            flow.src, [python, "-m", "traffic.iperf_worker", "server", "--bind",
-                       self._ip(flow.src), "--port", str(port)],
-            f"iperf3 server {flow.id}", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        args = [python, "-m", "traffic.iperf_worker", "client", "--dst", self._ip(flow.src),
-                "--port", str(port), "--bytes", str(flow.bytes), "--reverse", "--wait-go"]
-        if flow.rate_mbps:
-            args += ["--rate-mbps", str(flow.rate_mbps)]
-        client = self.bed.popen(flow.dst, args, f"iperf3 client {flow.id}",
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
-        armed = _Armed(flow, server, client)
-        threading.Thread(target=_pump, args=(client.stdout, armed.lines), daemon=True).start()
-        return armed
-
     def _timeout_s(self, flow: Flow) -> float:
         return max(MIN_FLOW_TIMEOUT_S, 10 * flow.bytes * 8 / (self.expected_mbps * 1e6))
 
@@ -112,91 +139,130 @@ class Replayer:
         order = [f.id for f in self.dag.topological_order()]
         results = {fid: FlowResult(fid, f.src, f.dst, f.bytes, f.step, f.group)
                    for fid, f in flows.items()}
-        armed: Dict[str, _Armed] = {}
-        running: Dict[str, _Armed] = {}
-        fired, done = set(), set()
-        t0 = time.time()
-        self.t0 = t0
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        events: "queue.Queue" = queue.Queue()
+        agents = {host: HostAgent(self.bed, host, self.work_dir, events)
+                  for host in sorted({f.dst for f in flows.values()})}
+        servers: Dict[str, subprocess.Popen] = {}
+        armed, fired, done = set(), {}, set()
         try:
+            for agent in agents.values():
+                if not agent.ready.wait(AGENT_START_TIMEOUT_S):
+                    raise RuntimeError(f"host agent on {agent.host} did not start")
+            self.t0 = time.time()
+
+            def arm(fid: str) -> None:
+                flow = flows[fid]
+                port = self._next_port(flow.src)
+                servers[fid] = self.bed.popen(flow.src, server_command(self._ip(flow.src), port),
+                                              f"iperf3 server {fid}", stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL)
+                spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
+                                  reverse=True, rate_mbps=flow.rate_mbps or 0.0)
+                agents[flow.dst].send({"op": "arm", "id": fid, "spec": asdict(spec)})
+                armed.add(fid)
+
             while len(done) < len(flows):
                 self.bed.check_controller()
-                # Arm every flow whose dependencies have all been fired.
+                # Arm the next wave: every flow whose dependencies have all fired.
                 for fid in order:
-                    if fid not in armed and fid not in fired and \
-                            all(d in fired for d in flows[fid].after):
-                        armed[fid] = self._arm(flows[fid])
+                    if fid not in armed and all(d in fired for d in flows[fid].after):
+                        arm(fid)
                 now = time.time()
-                for fid in list(armed):
+                next_start = None
+                for fid in order:
                     flow = flows[fid]
-                    if fid in fired or not all(d in done for d in flow.after):
+                    if fid in fired or fid not in armed or not all(d in done for d in flow.after):
                         continue
-                    ready_at = max([results[d].end for d in flow.after] or [t0]) + flow.at_s
+                    ready_at = max([results[d].end for d in flow.after] or [self.t0]) + flow.at_s
                     if now >= ready_at:
-                        entry = armed.pop(fid)
-                        entry.client.stdin.write("go\n")
-                        entry.client.stdin.flush()
-                        entry.fired_at = now
-                        running[fid] = entry
-                        fired.add(fid)
-                for fid in list(running):
-                    entry = running[fid]
-                    finished = self._collect(entry, results[fid])
-                    if not finished and now - entry.fired_at > self._timeout_s(entry.flow):
+                        agents[flow.dst].send({"op": "go", "id": fid})
+                        fired[fid] = now
+                    else:
+                        next_start = ready_at if next_start is None else min(next_start, ready_at)
+                wait_s = 1.0 if next_start is None else max(0.0, next_start - time.time())
+                try:
+                    event = events.get(timeout=min(wait_s, 1.0))
+                except queue.Empty:
+                    event = None
+                while event is not None:
+                    self._on_event(event, results, done)
+                    try:
+                        event = events.get_nowait()
+                    except queue.Empty:
+                        event = None
+                for fid, fired_at in fired.items():
+                    if fid not in done and time.time() - fired_at > self._timeout_s(flows[fid]):
                         results[fid].status = "timeout"
-                        results[fid].error = f"no result after {self._timeout_s(entry.flow):.0f} s"
-                        results[fid].start, results[fid].end = entry.fired_at, now
-                        finished = True
-                    if finished:
-                        self._reap(entry)
-                        del running[fid]
+                        results[fid].error = f"no result after {self._timeout_s(flows[fid]):.0f} s"
+                        results[fid].start, results[fid].end = fired_at, time.time()
                         done.add(fid)
-                        if self.progress:
-                            self.progress(len(done), len(flows))
-                time.sleep(0.002)  # poll period of the scheduler loop
+                if self.progress:
+                    self.progress(len(done), len(flows))
         finally:
-            for entry in list(armed.values()) + list(running.values()):
-                self._reap(entry)
+            for agent in agents.values():
+                agent.stop()
+            for server in servers.values():
+                reap(server)
         return [results[fid] for fid in order]
 
-    def _collect(self, entry: _Armed, result: FlowResult) -> bool:
-        while True:
+    def _on_event(self, event: dict, results: Dict[str, FlowResult], done: set) -> None:
+        kind = event["event"]
+        if kind == "armed":
+            state.record_pid(event["pid"], f"iperf3 client {event['id']}")
+        elif kind == "done":
+            fid = event["id"]
             try:
-                line = entry.lines.get_nowait()
-            except queue.Empty:
-                return False
-            if not line:
-                if result.status == "pending":
-                    result.status, result.error = "failed", "iperf3 worker exited without a result"
-                    result.start = result.end = time.time()
-                return True
-            data = json.loads(line)
-            if "armed" in data:
-                continue
-            self._fill(result, data)
-            return True
+                results[fid].fill(json.loads(Path(event["path"]).read_text()))
+            except (OSError, ValueError) as exc:
+                results[fid].status, results[fid].error = "failed", f"no result file: {exc}"
+                results[fid].start = results[fid].end = time.time()
+            done.add(fid)
+        elif kind == "agent-exit":
+            raise RuntimeError(f"host agent on {event['host']} exited during the replay")
 
-    @staticmethod
-    def _fill(result: FlowResult, data: dict) -> None:
-        result.start, result.end = data.get("start", 0.0), data.get("end", 0.0)
-        iperf = data.get("result", {})
-        if "error" in iperf or "error" in data:
-            result.status, result.error = "failed", iperf.get("error") or data.get("error")
-            return
-        end = iperf.get("end", {})
-        received = end.get("sum_received", {})
-        result.bytes_received = int(received.get("bytes", 0))
-        result.goodput_mbps = received.get("bits_per_second", 0.0) / 1e6
-        result.retransmits = int(end.get("sum_sent", {}).get("retransmits", 0))
-        result.status = "ok"
 
-    @staticmethod
-    def _reap(entry: _Armed) -> None:
-        for proc in (entry.client, entry.server):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in (entry.client, entry.server):
-            try:
-                proc.wait(timeout=5)
-            except Exception:
-                proc.kill()
+class Stream:
+    """A time-bounded iperf3 stream (TCP, or a paced UDP probe), forward mode.
 
+    Used where a measurement needs traffic that simply keeps flowing across
+    events, e.g. across OCS reconfigurations; the DAG replayer is for
+    byte-counted flows.
+    """
+
+    def __init__(self, bed, src: str, dst: str, duration_s: float, port: int,
+                 udp: bool = False, rate_mbps: float = 0.0, blksize: int = 0,
+                 pacing_us: int = 0, name: str = "stream"):
+        self.name = name
+        ip = bed.fabric.graph.nodes[dst]["ip"]
+        self.server = bed.popen(dst, server_command(ip, port), f"iperf3 server {name}",
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [sys.executable, "-m", "traffic.iperf_worker", "--dst", ip, "--port", str(port),
+                "--duration", str(max(1, int(round(duration_s))))]
+        if udp:
+            args.append("--udp")
+        if rate_mbps:
+            args += ["--rate-mbps", str(rate_mbps)]
+        if blksize:
+            args += ["--blksize", str(blksize)]
+        if pacing_us:
+            args += ["--pacing-us", str(pacing_us)]
+        self.client = bed.popen(src, args, f"iperf3 client {name}", stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def finish(self, timeout_s: float) -> dict:
+        """Wait for the stream's own end; returns the worker's JSON (or an error)."""
+        try:
+            out, _ = self.client.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return {"error": f"{self.name}: no result within {timeout_s:.0f} s"}
+        finally:
+            reap(self.server)
+        lines = [json.loads(line) for line in out.splitlines() if line.strip()]
+        results = [line for line in lines if "armed" not in line]
+        return results[-1] if results else {"error": f"{self.name}: worker printed no result"}
+
+    def stop(self) -> None:
+        reap(self.client)
+        reap(self.server)

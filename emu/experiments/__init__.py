@@ -1,0 +1,8 @@
+"""Experiment kinds a scenario can name in ``[scenario] kind``."""
+
+from emu.experiments import allreduce, ocs_reconfig
+
+EXPERIMENTS = {
+    "ocs-reconfig": ocs_reconfig,
+    "allreduce": allreduce,
+}

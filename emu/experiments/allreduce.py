@@ -1,0 +1,89 @@
+"""Ring all-reduce among N hosts, measured against the alpha-beta ideal.
+
+Completion time is from the first flow's start to the last flow's end, as
+the receivers saw them.  The ideal is 2(N-1)/N x S/B with B the emulated
+host link rate (alpha = 0), so the ratio shows what the emulation (TCP,
+iperf3 start-up, the datapath) adds.
+"""
+
+from __future__ import annotations
+
+from emu.experiments.base import Context, Outcome, build_fabric, scale_for
+from emu.schema import Field
+from traffic.flows import allreduce_ideal_s, ring_allreduce
+from traffic.replay import Replayer
+
+SECTION = "allreduce"
+SUMMARY = "ring all-reduce on a fabric: completion vs 2(N-1)/N x S/B, per-step times"
+NEEDS_EMULATION = True
+FIELDS = {
+    "hosts": Field(int, 8, "ring size N (the first N hosts of the fabric)", minimum=2),
+    "bytes_real": Field(float, 1e9, "all-reduce size S in real bytes", minimum=1.0),
+    "ring": Field(list, [], "explicit ring order (host names); empty = h1..hN", item=str),
+}
+
+
+def ring_hosts(scenario, fabric):
+    settings = scenario.section
+    hosts = settings["ring"] or fabric.hosts[:settings["hosts"]]
+    unknown = [h for h in hosts if h not in fabric.hosts]
+    if unknown:
+        raise ValueError(f"allreduce.ring names hosts {unknown} not in the fabric "
+                         f"(it has {fabric.hosts[0]}..{fabric.hosts[-1]})")
+    if len(hosts) < settings["hosts"] and not settings["ring"]:
+        raise ValueError(f"allreduce.hosts={settings['hosts']} but the fabric has only "
+                         f"{len(fabric.hosts)} hosts")
+    return hosts
+
+
+def check(scenario) -> None:
+    fabric = build_fabric(scenario)
+    ring_hosts(scenario, fabric)
+    scale = scale_for(scenario, fabric)
+    if scale.emu_bytes(scenario.section["bytes_real"]) < 1000 * len(fabric.hosts):
+        raise ValueError("allreduce.bytes_real is too small at this scale: under 1 kB per "
+                         "flow; raise it or scale.tdf")
+
+
+def run(ctx: Context) -> Outcome:
+    hosts = ring_hosts(ctx.scenario, ctx.fabric)
+    n = len(hosts)
+    total = ctx.scale.emu_bytes(ctx.settings["bytes_real"])
+    rate_mbps = ctx.scenario.config["scale"]["link_mbps"]
+    dag = ring_allreduce(hosts, total)
+    ctx.log(f"ring all-reduce of {total / 1e6:.2f} MB over {n} hosts "
+            f"({len(dag.flows)} flows, {2 * (n - 1)} steps) at {rate_mbps:g} Mbit/s")
+    replayer = Replayer(ctx.bed, dag, rate_mbps, ctx.run_dir / "flows",
+                        progress=ctx.progress("all-reduce flows"))
+    flows = replayer.run()
+
+    ok = [f for f in flows if f.status == "ok"]
+    outcome = Outcome(flows=flows, t0=replayer.t0)
+    if len(ok) != len(flows):
+        outcome.warnings.append(f"{len(flows) - len(ok)} of {len(flows)} flows failed")
+    if not ok:
+        return outcome
+    start = min(f.start for f in ok)
+    ends_by_step = {}
+    for flow in ok:
+        ends_by_step[flow.step] = max(ends_by_step.get(flow.step, 0.0), flow.end)
+    previous = start
+    for step in sorted(ends_by_step):
+        outcome.steps.append({"label": f"step {step}", "duration_s": ends_by_step[step] - previous})
+        previous = ends_by_step[step]
+    completion = max(f.end for f in ok) - start
+    chunk = total // n
+    ideal = allreduce_ideal_s(n, chunk * n, rate_mbps * 1e6)
+    outcome.metrics = {
+        "hosts_count": n,
+        "bytes_emulated_bytes": chunk * n,
+        "bytes_real_bytes": ctx.settings["bytes_real"],
+        "completion_s": completion,
+        "ideal_s": ideal,
+        "completion_over_ideal_ratio": completion / ideal,
+        "step_mean_s": sum(s["duration_s"] for s in outcome.steps) / len(outcome.steps),
+        "step_max_s": max(s["duration_s"] for s in outcome.steps),
+        "goodput_mean_mbps": sum(f.goodput_mbps for f in ok) / len(ok),
+        "retransmits_count": sum(f.retransmits for f in ok),
+    }
+    return outcome

@@ -1,0 +1,178 @@
+"""OCS reconfiguration under load: blackout and recovery per technology.
+
+A TCP stream and a paced UDP probe cross an OCS circuit.  The OCS is
+reconfigured once per preset between two circuit sets that join the same
+ToRs over different ports, so every byte has to wait for the new circuit.
+The blackout is measured from the probe's arrivals in the receiver's
+capture, never from the controller's timestamps; those only mark where to
+look and are reported next to it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from controllers.ocs_core import TECHNOLOGIES, delay_ms_for
+from emu.experiments.base import Context, Outcome, build_fabric
+from emu.schema import Field
+from topologies import hybrid
+from traffic import pcap
+from traffic.capture import Capture
+from traffic.replay import Stream
+
+SECTION = "ocs_reconfig"
+SUMMARY = "TCP + UDP probe across an OCS circuit, one reconfiguration per Table 2 preset"
+NEEDS_EMULATION = True
+FIELDS = {
+    "presets": Field(list, ["rotornet", "mems", "piezo", "lc"], "technologies, in order",
+                     item=str, choices=list(TECHNOLOGIES) + ["custom"]),
+    "custom_delay_ms": Field(float, 50.0, "real delay of the 'custom' preset", minimum=0.0),
+    "settle_s": Field(float, 3.0, "steady traffic before and after each reconfiguration",
+                      minimum=0.5, maximum=600.0),
+    "probe_pps": Field(int, 2000, "UDP probe packets per second", minimum=100, maximum=20000),
+    "probe_bytes": Field(int, 64, "UDP probe payload bytes", minimum=16, maximum=1400),
+    "tcp": Field(bool, True, "run the TCP stream alongside the probe"),
+    "src": Field(str, "h1", "sending host"),
+    "dst": Field(str, "", "receiving host; empty = first host on another ToR"),
+    "bin_ms": Field(float, 50.0, "throughput timeline bin", minimum=1.0, maximum=10000.0),
+}
+CIRCUIT_SETS = ("ring", "ring-reverse")
+PROBE_PORT, TCP_PORT = 5301, 5302
+
+
+def _endpoints(scenario, fabric):
+    src = scenario.section["src"]
+    if src not in fabric.hosts:
+        raise ValueError(f"ocs_reconfig.src {src!r} is not a host of the fabric")
+    tor = fabric.host_port(src)[0]
+    dst = scenario.section["dst"] or next(
+        (h for h in fabric.hosts if fabric.host_port(h)[0] != tor), "")
+    if dst not in fabric.hosts or fabric.host_port(dst)[0] == tor:
+        raise ValueError(f"ocs_reconfig.dst {dst!r} must be a host on another ToR than {src}")
+    return src, dst
+
+
+def check(scenario) -> None:
+    fabric = build_fabric(scenario)
+    if fabric.name != "hybrid":
+        raise ValueError(f"ocs-reconfig needs the 'hybrid' fabric (got {fabric.name!r}): its "
+                         "circuit sets are what the reconfiguration alternates between")
+    _endpoints(scenario, fabric)
+    for preset in scenario.section["presets"]:
+        delay_ms_for(preset, scenario.section["custom_delay_ms"] if preset == "custom" else None)
+
+
+def _delay_ms(ctx, preset):
+    return delay_ms_for(preset, ctx.settings["custom_delay_ms"] if preset == "custom" else None)
+
+
+def run(ctx: Context) -> Outcome:
+    s = ctx.settings
+    src, dst = _endpoints(ctx.scenario, ctx.fabric)
+    presets = s["presets"]
+    tdf = ctx.scale.tdf
+    delays_s = [_delay_ms(ctx, p) * tdf / 1000 for p in presets]
+    total_s = s["settle_s"] * (len(presets) + 1) + sum(delays_s) + 1.0
+    link_mbps = ctx.scenario.config["scale"]["link_mbps"]
+    probe_mbps = s["probe_pps"] * s["probe_bytes"] * 8 / 1e6
+    tcp_mbps = link_mbps - probe_mbps * 1.5
+    ctx.log(f"{src} -> {dst}: TCP at up to {tcp_mbps:.1f} Mbit/s + UDP probe "
+            f"{s['probe_pps']} pkt/s, {len(presets)} reconfiguration(s), ~{total_s:.0f} s")
+
+    dst_intf = ctx.bed.host(dst).defaultIntf().name
+    capture = Capture(ctx.bed, f"{dst}-rx", dst_intf, host=dst, bpf="ip").start(ctx.captures_dir)
+    streams = []
+    outcome = Outcome()
+    events = []
+    try:
+        probe = Stream(ctx.bed, src, dst, total_s, PROBE_PORT, udp=True, rate_mbps=probe_mbps,
+                       blksize=s["probe_bytes"], pacing_us=100, name="probe")
+        streams.append(probe)
+        if s["tcp"]:
+            # Paced just under the link so the probe is not starved by TCP's queue.
+            streams.append(Stream(ctx.bed, src, dst, total_s, TCP_PORT, rate_mbps=tcp_mbps,
+                                  name="tcp"))
+        outcome.t0 = time.time()
+        progress = ctx.progress("reconfigurations")
+        time.sleep(s["settle_s"])  # steady state is the condition: nothing to poll for
+        current = 0
+        for index, preset in enumerate(presets):
+            current = 1 - current
+            circuits = sorted(hybrid.circuit_set(ctx.fabric, CIRCUIT_SETS[current]))
+            args = {"technology": preset}
+            if preset == "custom":
+                args["delay_ms"] = s["custom_delay_ms"]
+            result = ctx.bed.control.call("reconfigure", ocs="o1", circuits=circuits,
+                                          timeout=60 + delays_s[index] * 2, **args)
+            events.append((preset, result))
+            ctx.fabric.set_circuits("o1", circuits)
+            progress(index + 1, len(presets))
+            time.sleep(s["settle_s"])
+        results = [st.finish(timeout_s=total_s + 30) for st in streams]
+    finally:
+        for stream in streams:
+            stream.stop()
+        capture.stop()
+    for stream, result in zip(streams, results):
+        if "error" in result or "error" in result.get("result", {}):
+            outcome.warnings.append(f"{stream.name} stream: "
+                                    f"{result.get('error') or result['result'].get('error')}")
+    _analyse(ctx, outcome, capture.path, events, src, dst, s)
+    return outcome
+
+
+def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
+    src_ip = ctx.fabric.graph.nodes[src]["ip"]
+    probe = pcap.packet_records(pcap_path, proto="udp", src_ip=src_ip, dport=PROBE_PORT)
+    tcp = pcap.packet_records(pcap_path, proto="tcp", src_ip=src_ip, dport=TCP_PORT)
+    probe_ts = [r.ts for r in probe]
+    period = 1.0 / s["probe_pps"]
+    bin_s = s["bin_ms"] / 1000
+    t0 = outcome.t0
+    rows, dark = [], []
+    for preset, result in events:
+        stamps = result["timestamps"]
+        injected_ms = result["plan"]["delay_emulated_ms"]
+        gap = pcap.blackout_near(probe_ts, stamps["routes_moved"],
+                                 window_s=injected_ms / 1000 + 1.0, nominal_interval_s=period,
+                                 observed_until=probe_ts[-1] if probe_ts else None)
+        before = [r for r in tcp if stamps["start"] - s["settle_s"] + 0.5 <= r.ts < stamps["start"]]
+        after_end = stamps["routes_restored"] + s["settle_s"]
+        after = [r for r in tcp if after_end - s["settle_s"] / 2 <= r.ts < after_end]
+        before_mbps = _mbps(before, s["settle_s"] - 0.5)
+        after_mbps = _mbps(after, s["settle_s"] / 2)
+        recovery = None
+        if tcp and before_mbps > 0:
+            recovery = pcap.recovery_time(tcp, stamps["lit"], before_mbps, interval_s=bin_s)
+        rows.append({
+            "preset": preset,
+            "injected_ms": injected_ms,
+            "injected_real_ms": result["plan"]["delay_real_ms"],
+            "measured_blackout_ms": gap.duration_s * 1000 if gap else None,
+            "error_ms": (gap.duration_s * 1000 - injected_ms) if gap else None,
+            "controller_dark_ms": result["dark_s"] * 1000,
+            "recovery_ms": recovery * 1000 if recovery is not None else None,
+            "goodput_before_mbps": before_mbps,
+            "goodput_after_mbps": after_mbps,
+        })
+        dark.append({"start": stamps["torn"] - t0, "end": stamps["lit"] - t0, "label": preset})
+        if gap is None:
+            outcome.warnings.append(f"{preset}: no probe packets around the reconfiguration")
+    series = [{"label": f"TCP {src}->{dst}",
+               "points": [[t - t0, v] for t, v in pcap.throughput_series(tcp, bin_s, start=t0)]},
+              {"label": f"UDP probe {src}->{dst}",
+               "points": [[t - t0, v] for t, v in pcap.throughput_series(probe, bin_s, start=t0)]}]
+    outcome.timeline = {"t0": t0, "series": series, "dark_windows": dark}
+    errors = [abs(r["error_ms"]) for r in rows if r["error_ms"] is not None
+              and r["injected_ms"] >= 1.0]
+    outcome.metrics = {
+        "reconfig": rows,
+        "probe_packets_count": len(probe),
+        "probe_period_ms": period * 1000,
+        "blackout_error_mean_ms": sum(errors) / len(errors) if errors else None,
+        "blackout_error_worst_ms": max(errors) if errors else None,
+    }
+
+
+def _mbps(records, seconds):
+    return sum(r.length for r in records) * 8 / 1e6 / seconds if seconds > 0 else 0.0

@@ -1,0 +1,161 @@
+"""Run a scenario: ``sudo python -m emu.run SCENARIO [--out DIR] [--set k=v ...]``.
+
+``--list`` shows the scenarios; ``--check`` validates a scenario without
+running it.  Every run writes ``results/<scenario>-<timestamp>/`` with
+result.json, flows.csv, captures/, report.md and PNG plots.
+
+Exit codes: 0 done (warnings are printed), 1 the run failed, 2 bad input,
+3 another emulation is running, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+from emu import report, results, scenario as scenarios
+from emu.experiments.base import Context, Outcome, build_fabric, fidelity_rows, scale_for
+from emu.fidelity import CpuSampler, assess
+from emu.schema import ScenarioError
+from emu.state import AlreadyRunning
+
+EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m emu.run", description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", nargs="?", help="built-in scenario name or a .toml path")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--check", action="store_true", help="validate the scenario and exit")
+    parser.add_argument("--out", default="results", help="parent folder of the run's results")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a scenario key (section.key=value, or key=value "
+                             "when unique); lists as a,b,c")
+    return parser
+
+
+def list_scenarios() -> str:
+    names = scenarios.builtin_names()
+    width = max(len(n) for n in names)
+    return "\n".join(f"{name:<{width}}  {scenarios.describe(name)}" for name in names)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print(list_scenarios())
+        return 0
+    if not args.scenario:
+        print("emu.run: name a scenario (see --list)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        scenario = scenarios.load(args.scenario, args.set)
+    except ScenarioError as exc:
+        print(f"emu.run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.check:
+        print(f"{scenario.where}: ok ({scenario.kind})")
+        return 0
+    experiment = scenario.experiment
+    if experiment.NEEDS_EMULATION and os.geteuid() != 0:
+        print(f"emu.run: scenario {scenario.name!r} builds a network and needs root: "
+              f"sudo {sys.executable} -m emu.run {args.scenario}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return execute(scenario, Path(args.out))
+
+
+def execute(scenario, out: Path) -> int:
+    fabric = build_fabric(scenario)
+    scale = scale_for(scenario, fabric)
+    run_dir = results.new_run_dir(out, scenario.name)
+    print(f"{scenario.name}: {scenario.config['scenario']['description']}")
+    print(f"  fabric {scenario.config['fabric']['spec']}: {len(fabric.hosts)} hosts, "
+          f"{len(fabric.eps_switches)} packet switches, {len(fabric.ocs_switches)} OCS; "
+          f"{scale.describe()}")
+    print(f"  results -> {run_dir}")
+    started = time.time()
+    result = {"scenario": scenario.name, "description": scenario.config["scenario"]["description"],
+              "status": "running", "started": results.now_iso(), "config": scenario.config,
+              "scale": scale.to_dict(), "warnings": [],
+              "fabric": {"spec": scenario.config["fabric"]["spec"], "hosts": len(fabric.hosts),
+                         "switches": len(fabric.eps_switches), "ocs": len(fabric.ocs_switches),
+                         "link_mbps": scenario.config["scale"]["link_mbps"]}}
+    outcome, code = Outcome(), 0
+    try:
+        if scenario.experiment.NEEDS_EMULATION:
+            outcome = _emulate(scenario, fabric, scale, run_dir, result)
+        else:
+            outcome = scenario.experiment.run(Context(scenario, fabric, scale, run_dir))
+        result["status"] = "ok"
+    except AlreadyRunning as exc:
+        print(f"emu.run: {exc}", file=sys.stderr)
+        result["status"], code = "refused: another emulation is running", EXIT_BUSY
+    except KeyboardInterrupt:
+        print("\nemu.run: interrupted; everything the run created has been removed",
+              file=sys.stderr)
+        result["status"], code = "interrupted", EXIT_INTERRUPTED
+    except Exception as exc:  # reported in result.json and on stderr, then exit 1
+        traceback.print_exc()
+        result["status"], code = f"failed: {type(exc).__name__}: {exc}", EXIT_FAILED
+    result["duration_s"] = time.time() - started
+    _write(run_dir, result, outcome)
+    _summary(run_dir, result)
+    return code
+
+
+def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
+    from emu.testbed import Testbed
+
+    with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name}") as bed:
+        result["datapath"] = bed.datapath.info.datapath
+        result["netem"] = bed.datapath.netem
+        result["versions"] = results.versions(bed.datapath.info.version)
+        result["build_s"] = round(bed.build_s, 3)
+        ctx = Context(scenario, fabric, scale, run_dir, bed=bed)
+        sampler = CpuSampler(("ovs-vswitchd",), interval_s=0.5).start()
+        try:
+            outcome = scenario.experiment.run(ctx)
+        finally:
+            cpu = sampler.stop()
+            results.dump_switches(run_dir, [s.name for s in bed.net.switches])
+        bed.check_controller()
+        if "Traceback" in bed.controller_log():
+            outcome.warnings.append("the controller log holds a traceback: see controller.log")
+    fidelity = scenario.config["fidelity"]
+    result["fidelity"] = assess(fidelity_rows(fabric, scale, outcome.flows), cpu,
+                                saturation_pct=fidelity["saturation_pct"],
+                                goodput_floor=fidelity["goodput_floor"])
+    return outcome
+
+
+def _write(run_dir: Path, result: dict, outcome: Outcome) -> None:
+    result["metrics"] = outcome.metrics
+    if outcome.timeline:
+        result["timeline"] = outcome.timeline
+    if outcome.steps:
+        result["steps"] = outcome.steps
+    result["warnings"] = list(result.get("warnings", [])) + outcome.warnings
+    if outcome.flows:
+        results.write_flows(run_dir, outcome.flows, outcome.t0)
+    results.write_result(run_dir, result)
+    try:
+        report.write_report(run_dir)
+    except Exception as exc:  # the raw results are written; say why the report is missing
+        print(f"emu.run: report.md could not be written: {exc}", file=sys.stderr)
+
+
+def _summary(run_dir: Path, result: dict) -> None:
+    warnings = result["warnings"] + result.get("fidelity", {}).get("warnings", [])
+    print(f"{result['scenario']}: {result['status']} in {result['duration_s']:.1f} s; "
+          f"report: {run_dir / 'report.md'}")
+    for warning in warnings:
+        print(f"  WARNING: {warning}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

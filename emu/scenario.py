@@ -1,0 +1,124 @@
+"""Scenario files: TOML, validated against the schema before anything runs.
+
+A scenario names an *experiment kind* (``[scenario] kind``), a fabric spec
+and the scale, plus a section of its kind's own settings.  Built-in
+scenarios live in ``emu/scenarios/*.toml``; a user's own file is passed by
+path.  Everything is checked here, including the fabric parameters, so a
+bad file fails before any namespace, bridge or process exists.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from emu.experiments import EXPERIMENTS
+from emu.schema import Field, Schema, ScenarioError, apply_overrides, validate
+from topologies import registry
+from topologies.fabric import FabricError
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+def _check_spec(spec: str) -> None:
+    name, kwargs = registry.parse_spec(spec)
+    registry.check_args(name, kwargs)
+
+
+COMMON: Schema = {
+    "scenario": {
+        "kind": Field(str, None, "experiment to run", choices=sorted(EXPERIMENTS)),
+        "description": Field(str, "", "one line shown by --list"),
+    },
+    "fabric": {
+        "spec": Field(str, None, "fabric spec string, e.g. 'fattree,k=4'", check=_check_spec),
+    },
+    "scale": {
+        "link_mbps": Field(float, 10.0, "emulated Mbit/s of the fabric's host links",
+                           minimum=0.1, maximum=1000.0),
+        "tdf": Field(float, 1.0, "time-dilation factor: emulated s per real s",
+                     minimum=1e-3, maximum=1e6),
+    },
+    "fidelity": {
+        "saturation_pct": Field(float, 90.0, "CPU share that counts as saturated",
+                                minimum=1.0, maximum=100.0),
+        "goodput_floor": Field(float, 0.9, "a lone flow below this share of its rate warns",
+                               minimum=0.0, maximum=1.0),
+    },
+}
+
+
+@dataclass
+class Scenario:
+    name: str
+    where: str
+    config: Dict[str, Dict]
+
+    @property
+    def kind(self) -> str:
+        return self.config["scenario"]["kind"]
+
+    @property
+    def experiment(self):
+        return EXPERIMENTS[self.kind]
+
+    @property
+    def section(self) -> Dict:
+        return self.config.get(self.experiment.SECTION, {})
+
+
+def builtin_names() -> List[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def resolve_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ScenarioError(f"{name_or_path}: no such scenario file")
+        return path
+    builtin = BUILTIN_DIR / f"{name_or_path}.toml"
+    if not builtin.is_file():
+        raise ScenarioError(f"unknown scenario {name_or_path!r}; built-in scenarios: "
+                            f"{', '.join(builtin_names())} (or give a .toml path)")
+    return builtin
+
+
+def schema_for(kind: str) -> Schema:
+    experiment = EXPERIMENTS[kind]
+    schema = dict(COMMON)
+    if experiment.SECTION:
+        schema[experiment.SECTION] = experiment.FIELDS
+    return schema
+
+
+def load(name_or_path: str, overrides: Sequence[str] = ()) -> Scenario:
+    path = resolve_path(name_or_path)
+    where = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{where}: not valid TOML: {exc}") from None
+    kind = raw.get("scenario", {}).get("kind") if isinstance(raw.get("scenario"), dict) else None
+    if kind not in EXPERIMENTS:
+        raise ScenarioError(f"{where}: key 'scenario.kind' is {kind!r}; allowed: "
+                            f"{', '.join(sorted(EXPERIMENTS))}")
+    schema = schema_for(kind)
+    merged = apply_overrides(where, raw, overrides, schema)
+    config = validate(where, merged, schema)
+    scenario = Scenario(name=path.stem, where=where, config=config)
+    try:
+        scenario.experiment.check(scenario)
+    except (ValueError, FabricError) as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    return scenario
+
+
+def describe(name: str) -> str:
+    try:
+        raw = tomllib.loads(resolve_path(name).read_text())
+        return raw.get("scenario", {}).get("description", "")
+    except (OSError, tomllib.TOMLDecodeError, ScenarioError):
+        return "(unreadable)"

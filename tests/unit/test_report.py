@@ -1,0 +1,190 @@
+"""Tests for emu.report on a synthetic results folder."""
+
+import csv
+import json
+
+import pytest
+
+from emu.report import (FLOW_COLUMNS, load_flows, main, metric_unit,
+                        write_report)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+SATURATION_WARNING = ("datapath saturated: ovs-vswitchd reached 97 % of one core "
+                      "(mean 80 %), at or above 90 %")
+FLOW_WARNING = ("flow f3 had its links to itself but reached 41.0 Mbit/s of "
+                "its 100.0 Mbit/s cap (ratio 0.41 < 0.90)")
+
+
+def synthetic_result():
+    series = []
+    for label, rate in (("h1->h2", 95.0), ("h3->h4", 60.0)):
+        points = []
+        for step in range(60):
+            t = step * 0.5
+            dark = 10.0 <= t < 18.0
+            points.append([t, 0.0 if dark else rate])
+        series.append({"label": label, "points": points})
+    return {
+        "scenario": "ocs-reconfig",
+        "description": "Ring all-reduce across a circuit change.",
+        "started": "2025-11-22T00:31:00+00:00",
+        "duration_s": 30.0,
+        "versions": {"openvswitch": "3.1.0", "os-ken": "4.2.2", "mininet": "2.3.0.dev6"},
+        "datapath": "netdev",
+        "scale": {"bw_factor": 1e-3, "tdf": 400.0},
+        "fabric": {"spec": "hybrid,k=4", "hosts": 8, "switches": 6, "ocs": 1,
+                   "link_mbps": 100.0},
+        "config": {"fabric": "hybrid,k=4", "ocs": {"delay_real_ms": 20}},
+        "metrics": {
+            "blackout_ms": 8012.5,
+            "ocs_delay_real_ms": 20.0,
+            "iteration_s": 28.25,
+            "goodput_mbps": 93.5,
+            "bytes_moved_bytes": 4e8,
+            "link_utilisation_pct": 71.25,
+            "flows_count": 4,
+            "tag": "baseline",
+            "blackouts_ms": [8012.5, 7990.0],
+            "ocs": {"reconfigurations_count": 2},
+            "per_reconfig": [
+                {"index": 0, "blackout_ms": 8012.5, "recovery_ms": 420.0},
+                {"index": 1, "blackout_ms": 7990.0, "recovery_ms": 380.0},
+            ],
+        },
+        "timeline": {
+            "t0": 1_700_000_000.0,
+            "series": series,
+            "dark_windows": [{"start": 10.0, "end": 18.0, "label": "o1 reconfig"}],
+        },
+        "steps": [{"label": f"step {i}", "duration_s": 3.0 + 0.25 * i}
+                  for i in range(6)],
+        "fidelity": {
+            "cpu": {"machine_cpu_pct": {"mean": 61.0, "max": 88.0}, "cores": 2,
+                    "processes": {"ovs-vswitchd": {"mean_pct_of_core": 80.0,
+                                                   "max_pct_of_core": 97.0}},
+                    "samples": 60, "interval_s": 0.5},
+            "flows_checked": 4,
+            "alone_flows": [{"id": "f3", "goodput_mbps": 41.0, "cap_mbps": 100.0,
+                             "ratio": 0.41, "ok": False}],
+            "warnings": [SATURATION_WARNING, FLOW_WARNING],
+            "saturated": True,
+        },
+        "warnings": ["controller log held 1 warning line", SATURATION_WARNING],
+    }
+
+
+FLOWS = [
+    {"id": "f1", "src": "h1", "dst": "h2", "bytes": 100_000_000, "start_s": 0.0,
+     "end_s": 9.0, "duration_s": 9.0, "goodput_mbps": 88.9, "retransmits": 3,
+     "status": "ok"},
+    {"id": "f2", "src": "h3", "dst": "h4", "bytes": 100_000_000, "start_s": 0.5,
+     "end_s": 14.0, "duration_s": 13.5, "goodput_mbps": 59.3, "retransmits": 0,
+     "status": "ok"},
+    {"id": "f3", "src": "h5", "dst": "h6", "bytes": 100_000_000, "start_s": 18.0,
+     "end_s": 37.5, "duration_s": 19.5, "goodput_mbps": 41.0, "retransmits": 12,
+     "status": "ok"},
+    {"id": "f4", "src": "h7", "dst": "h8", "bytes": 100_000_000, "start_s": 18.0,
+     "end_s": "", "duration_s": "", "goodput_mbps": "", "retransmits": "",
+     "status": "failed"},
+]
+
+
+def write_run(folder, result=None, flows=FLOWS):
+    folder.mkdir(exist_ok=True)
+    (folder / "result.json").write_text(json.dumps(result or synthetic_result()))
+    if flows is not None:
+        with (folder / "flows.csv").open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FLOW_COLUMNS)
+            writer.writeheader()
+            writer.writerows(flows)
+    return folder
+
+
+def test_writes_report_and_valid_pngs(tmp_path):
+    run = write_run(tmp_path / "run")
+    (run / "captures").mkdir()
+    (run / "captures" / "h2-eth0.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(20))
+    written = write_report(run)
+    assert [p.name for p in written] == ["report.md", "timeline.png", "steps.png"]
+    for png in written[1:]:
+        assert png.read_bytes()[:8] == PNG_SIGNATURE
+        assert png.stat().st_size > 10_000
+    report = (run / "report.md").read_text()
+    # What was run.
+    for text in ("ocs-reconfig", "hybrid,k=4", "netdev (OVS userspace datapath)",
+                 "x0.001", "x400", "openvswitch 3.1.0",
+                 "100 Mbit/s emulated (100 Gbit/s real)",
+                 "30 s emulated (75 ms real)"):
+        assert text in report, text
+    # Warnings from both places, each once, before the metrics.
+    assert report.count(SATURATION_WARNING) == 1
+    assert FLOW_WARNING in report and "controller log held 1 warning line" in report
+    assert "## Fidelity warnings (3)" in report
+    assert report.index("Fidelity warnings") < report.index("Headline metrics")
+    # Metrics with units, in both unit systems.
+    assert "| `blackout_ms` | 8.01 s | 20 ms |" in report
+    assert "| `ocs_delay_real_ms` | 8.0 s | 20 ms |" in report
+    assert "| `goodput_mbps` | 93.5 Mbit/s | 93.5 Gbit/s |" in report
+    assert "| `bytes_moved_bytes` | 400 MB | 1.0 GB |" in report
+    assert "71.2 %" in report and "| `flows_count` | 4 |" in report
+    assert "| `ocs.reconfigurations_count` | 2 |" in report
+    assert "8.01 s, 7.99 s" in report
+    # Tables from list-of-dict metrics.
+    assert "### per_reconfig" in report
+    assert "| index | blackout (ms) | recovery (ms) |" in report
+    assert "| 1 | 7990 | 380 |" in report
+    # Flows summary: failed first.
+    assert "**4 flows**: 1 failed, 3 ok" in report
+    assert "**TCP retransmits**: 15" in report
+    flows_part = report[report.index("## Flows"):]
+    assert flows_part.index("| f4 |") < flows_part.index("| f3 |") < flows_part.index("| f1 |")
+    # CPU and alone-flow tables, links to plots and captures.
+    assert "ovs-vswitchd (% of one core) | 80 | 97 |" in report
+    assert "![timeline.png](timeline.png)" in report
+    assert "![steps.png](steps.png)" in report
+    assert "[captures/h2-eth0.pcap](captures/h2-eth0.pcap)" in report
+
+
+def test_minimal_result_still_reports(tmp_path):
+    run = write_run(tmp_path / "bare", result={"scenario": "smoke"}, flows=None)
+    written = write_report(run)
+    assert [p.name for p in written] == ["report.md", "timeline.png"]
+    assert written[1].read_bytes()[:8] == PNG_SIGNATURE
+    report = written[0].read_text()
+    assert "# Run report: smoke" in report
+    assert "No fidelity check was recorded" in report
+    assert "No flows.csv in the run folder." in report
+    assert "| metric | value |" not in report      # no metrics, no table
+    # A run with the identity scale prints one value column.
+    run = write_run(tmp_path / "identity", result={
+        "scenario": "plain", "metrics": {"rtt_ms": 0.5}, "fidelity": {"warnings": []}})
+    report = write_report(run)[0].read_text()
+    assert "| `rtt_ms` | 500 us |" in report
+    assert "## Fidelity warnings (0)" in report
+
+
+def test_bad_inputs_name_file_and_key(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no result.json"):
+        write_report(tmp_path)
+    run = write_run(tmp_path / "bad", result={"scenario": "x", "steps": [{"label": "a"}]})
+    with pytest.raises(ValueError, match=r"result.json: key 'steps\[0\]'"):
+        write_report(run)
+    run = write_run(tmp_path / "bad2", result={"scenario": "x", "scale": {"tdf": 0}})
+    with pytest.raises(ValueError, match="key 'scale' tdf must be a positive"):
+        write_report(run)
+    (tmp_path / "bad3").mkdir()
+    (tmp_path / "bad3" / "result.json").write_text(json.dumps({"scenario": "x"}))
+    (tmp_path / "bad3" / "flows.csv").write_text("id,src\nf1,h1\n")
+    with pytest.raises(ValueError, match=r"flows.csv: missing column\(s\)"):
+        load_flows(tmp_path / "bad3")
+    assert main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_metric_units():
+    assert metric_unit("blackout_ms").unit == "ms"
+    assert metric_unit("blackout_ms").kind == "time"
+    assert metric_unit("a.b.rate_gbps").name == "a.b.rate"
+    assert metric_unit("delay_real_s").is_real
+    assert metric_unit("status").kind == "unknown"
+    assert metric_unit("_s").kind == "unknown"

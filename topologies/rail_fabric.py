@@ -1,0 +1,204 @@
+"""Rail-Fabric: a sparse expander of switches plus KV fast-lane links; D-heavy switches.
+
+Section 10 of the 002 text ("Three-Layer Capability" and the 1024-GPU cell:
+64 switches, each with 32 GPU/NIC downlinks, 8 expander links and 8-12 KV
+fast-lane links, against ZCube's 32 + 32; the D-centric variant gives
+D-heavy switches 24-28 downlinks and 12-16 expander links)::
+
+      P switches (expander degree d)          D-heavy switches (degree d_D)
+      sw0 ------ sw1 ------ sw2 ...  ------   swS-2 ------ swS-1
+       |  \\       |        /  |                 ||            ||     ---- expander link
+       |   `------+-------'   |                 ||            ||     ==== KV fast lane
+       |==========|===========|=================##============##     (q per P switch,
+      GPUs       GPUs        GPUs              GPUs          GPUs     all ending on D)
+      GPU g: NIC port 0 on an even switch (filled in order), port 1 on an odd
+      switch (round-robin), as ZCube's A and B layers: a sparse ZCube
+
+Expander: a random simple graph with degree d on P switches and d_D on
+D-heavy switches (`networkx.random_degree_sequence_graph`, seeded, retried
+until expander plus fast lanes are connected).  Fast lanes: P switch i's lane
+t goes to D switch (i*q + t) mod |D|; with no D-heavy switches they form a
+random q-regular graph instead.  QoS isolation is the emulator's business:
+each switch-switch edge carries ``lane`` ("expander" or "fast") and each GPU
+edge ``lane="access"``.  Ports of one switch: its downlinks + expander +
+fast-lane links (48-52 in the text's cell; here d = q = 8 gives 48 for a P
+switch).
+
+How it is modelled: one host per NIC port, as in ``zcube``; D-heavy switches
+are the last ``d_switches`` (alternating even/odd, so both NIC layers get
+them).  Unlike the other builders the bisection here is the max-flow across
+the first half of the GPUs, not a proven worst cut: the min bisection of a
+random expander is not computed.
+
+Parameters: ``switches`` (S, even), ``downlinks`` (k), ``degree`` (d),
+``fast_lanes`` (q), ``d_switches``, ``d_downlinks`` (0 = k), ``d_degree``
+(0 = d + d/2), ``gbps``, ``seed``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Dict, List, Tuple
+
+import networkx as nx
+import numpy as np
+
+from topologies.counts import FabricCounts, cable_modules
+from topologies.fabric import Fabric, FabricError
+
+ATTEMPTS = 50
+
+
+def _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree):
+    if switches < 2 or switches % 2 or not 0 <= d_switches <= switches:
+        raise FabricError(f"rail-fabric: need an even switches >= 2 and 0 <= d_switches <= "
+                          f"switches, got {switches}, {d_switches}")
+    d_downlinks = d_downlinks or downlinks
+    d_degree = d_degree or degree + degree // 2
+    heavy = set(range(switches - d_switches, switches))
+    down = [d_downlinks if s in heavy else downlinks for s in range(switches)]
+    expander = [d_degree if s in heavy else degree for s in range(switches)]
+    if sum(expander) % 2:
+        raise FabricError(f"rail-fabric: expander degrees sum to {sum(expander)}, odd; change "
+                          "degree, d_degree or d_switches")
+    return heavy, down, expander
+
+
+def switch_links(switches: int = 8, degree: int = 2, fast_lanes: int = 1, d_switches: int = 2,
+                 d_degree: int = 0, seed: int = 1, downlinks: int = 4,
+                 d_downlinks: int = 0) -> Tuple[List[Tuple[int, int]], List[Tuple[int, int]]]:
+    """(expander edges, fast-lane edges) between switch indices; deterministic in `seed`."""
+    heavy, _, expander = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
+    light = [s for s in range(switches) if s not in heavy]
+    heavy = sorted(heavy)
+    for attempt in range(ATTEMPTS):
+        try:
+            graph = nx.random_degree_sequence_graph(expander, seed=seed + attempt, tries=20)
+        except (nx.NetworkXError, nx.NetworkXUnfeasible):
+            continue
+        if heavy:
+            lanes = [(p, heavy[(i * fast_lanes + t) % len(heavy)])
+                     for i, p in enumerate(light) for t in range(fast_lanes)]
+        elif fast_lanes:
+            lanes = list(nx.random_regular_graph(fast_lanes, switches, seed=seed + attempt).edges())
+        else:
+            lanes = []
+        union = nx.MultiGraph(list(graph.edges()) + lanes)
+        union.add_nodes_from(range(switches))
+        if nx.is_connected(union):
+            return sorted(graph.edges()), lanes
+    raise FabricError(f"rail-fabric: no connected expander with degrees {expander} after "
+                      f"{ATTEMPTS} seeds")
+
+
+def placement(down: List[int]) -> List[Tuple[int, int]]:
+    """(port-0 switch, port-1 switch) per GPU: even switches filled in order,
+    odd switches round-robin, so a switch's GPUs spread over the other layer."""
+    layer_a = [s for s in range(0, len(down), 2) for _ in range(down[s])]
+    odd = list(range(1, len(down), 2))
+    layer_b = [s for t in range(max(down)) for s in odd if t < down[s]]
+    return list(zip(layer_a, layer_b))
+
+
+def _tag(fabric: Fabric, u: str, v: str, port_u: int, lane: str) -> None:
+    for data in fabric.graph[u][v].values():
+        if data["ports"][u] == port_u:
+            data["lane"] = lane
+
+
+def build(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: int = 1,
+          d_switches: int = 2, d_downlinks: int = 0, d_degree: int = 0, gbps: float = 200.0,
+          seed: int = 1) -> Fabric:
+    heavy, down, _ = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
+    expander, lanes = switch_links(switches, degree, fast_lanes, d_switches, d_degree, seed,
+                                   downlinks, d_downlinks)
+    radix = _radix(switches, down, expander, lanes)
+    fabric = Fabric("rail-fabric", params={
+        "switches": switches, "downlinks": downlinks, "degree": degree, "fast_lanes": fast_lanes,
+        "d_switches": d_switches, "d_downlinks": d_downlinks, "d_degree": d_degree,
+        "gbps": gbps, "seed": seed})
+    nodes = [fabric.add_switch("d-switch" if s in heavy else "p-switch", index=s,
+                               layer="AB"[s % 2], radix=radix[s], port_gbps=gbps)
+             for s in range(switches)]
+    for gpu, pair in enumerate(placement(down)):
+        for port, s in enumerate(pair):
+            host = fabric.add_host("gpu", gpu=gpu, nic_port=port, server=gpu // 8, rail=gpu % 8)
+            _tag(fabric, host, nodes[s], fabric.add_link(host, nodes[s], gbps)[0], "access")
+    for lane, edges in (("expander", expander), ("fast", lanes)):
+        for a, b in edges:
+            _tag(fabric, nodes[a], nodes[b], fabric.add_link(nodes[a], nodes[b], gbps)[0], lane)
+    return fabric
+
+
+def _radix(switches, down, expander, lanes) -> List[int]:
+    degree = Counter(s for edge in expander + lanes for s in edge)
+    return [down[s] + degree[s] for s in range(switches)]
+
+
+def counts(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: int = 1,
+           d_switches: int = 2, d_downlinks: int = 0, d_degree: int = 0, gbps: float = 200.0,
+           seed: int = 1) -> FabricCounts:
+    heavy, down, _ = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
+    expander, lanes = switch_links(switches, degree, fast_lanes, d_switches, d_degree, seed,
+                                   downlinks, d_downlinks)
+    pairs = placement(down)
+    radix = _radix(switches, down, expander, lanes)
+    roles: Dict[str, Tuple[int, float]] = {}
+    for s in range(switches):
+        role = "d-switch" if s in heavy else "p-switch"
+        roles[role] = max(roles.get(role, (0, gbps)), (radix[s], gbps))
+    cables, modules = cable_modules({gbps: 2 * len(pairs) + len(expander) + len(lanes)}, {})
+    return FabricCounts(
+        fabric="rail-fabric", gpus=len(pairs), nic_ports=2 * len(pairs),
+        switches=dict(Counter("d-switch" if s in heavy else "p-switch" for s in range(switches))),
+        switch_ports=roles, cables=cables, optical_modules=modules,
+        diameter=_diameter(switches, expander + lanes, pairs),
+        bisection_gbps=_half_flow(switches, expander + lanes, pairs, gbps),
+        notes=["bisection: max-flow across the first half of the GPUs, an upper bound"])
+
+
+def _diameter(switches: int, edges, pairs) -> int:
+    graph = nx.Graph(edges)
+    graph.add_nodes_from(range(switches))
+    dist = np.full((switches, switches), 127, dtype=np.int8)    # 127: unreachable
+    for source, lengths in nx.all_pairs_shortest_path_length(graph):
+        for target, hops in lengths.items():
+            dist[source, target] = hops
+    sig = np.array(sorted(set(pairs)))
+    a, b = sig[:, 0], sig[:, 1]
+    worst = 0
+    for start in range(0, len(sig), 512):
+        # Distance from a block of GPUs to every switch, then to every GPU's nearer port.
+        near = np.minimum(dist[a[start:start + 512]], dist[b[start:start + 512]])
+        worst = max(worst, int(np.minimum(near[:, a], near[:, b]).max()))
+    return worst + 1
+
+
+def _half_flow(switches: int, edges, pairs, gbps: float) -> float:
+    flow = nx.DiGraph()
+
+    def add(x, y):
+        capacity = flow.get_edge_data(x, y, {"capacity": 0.0})["capacity"]
+        flow.add_edge(x, y, capacity=capacity + gbps)
+
+    for a, b in edges:
+        add(a, b)
+        add(b, a)
+    side = len(pairs) // 2
+    for gpu, ports in enumerate(pairs):
+        for s in ports:
+            add(*(("_source", s) if gpu < side else (s, "_sink")))
+    return float(nx.maximum_flow_value(flow, "_source", "_sink"))
+
+
+def bisection_half(fabric: Fabric) -> List[int]:
+    return list(range(len({d["gpu"] for _, d in fabric.graph.nodes(data=True) if "gpu" in d}) // 2))
+
+
+def scaled_params(gpus: int, radix: int) -> dict:
+    """The text's cell: 32 downlinks per switch, two NIC ports per GPU, d = q = 8,
+    two fifths of the switches D-heavy (P:D = 3:2)."""
+    switches = max(2, gpus * 2 // 32)
+    d_switches = int(round(switches * 0.4 / 2)) * 2
+    return {"switches": switches, "downlinks": 32, "degree": 8, "fast_lanes": 8,
+            "d_switches": d_switches}

@@ -1,0 +1,99 @@
+"""RailFly: K rail switches, fully meshed; rails as in rail-only, one port per GPU.
+
+Section 8 of the 002 text ("Architecture Definition" and the scale table:
+28 inter-group links for K = 8; 121 / 569 / 761 GPU ports per rail give
+968 / 4,552 / 6,088 GPUs on 128-port 51.2T, 576-port Arista 7800R3 and
+768-port H3C S12500R switches)::
+
+            rail0 ----- rail1            K(K-1)/2 mesh links (28 for K = 8), fixed
+             |  \\     /  |               whatever the GPU count
+             |    \\ /    |
+             |    / \\    |
+            rail3 ----- rail2
+           /|..|\\       /|..|\\
+      server s: GPU r -> rail r           ``servers`` GPU ports per rail switch
+
+Same-rank GPUs are one switch apart, any other pair two (rail r -> rail r'),
+so cross-rail traffic needs no GPU forwarding, unlike rail-only.  A rail
+switch has servers + K - 1 ports; its oversubscription toward the other
+rails is servers : (K - 1) (121 : 7 = 17.3 for the fixed-switch row).  The
+worst balanced cut splits the rails in two halves and crosses (K/2)^2 mesh
+links, which is the price of the fixed mesh; the text argues a rail-aware
+scheduler keeps most P -> D pairs inside a rail.
+
+Parameters: ``rails`` (K, even), ``servers`` (GPU ports per rail switch),
+``gbps`` (GPU links), ``mesh_gbps`` (each mesh link), ``mesh_links``
+(parallel links per rail pair, 1 in the text).
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from topologies.counts import FabricCounts, cable_modules
+from topologies.fabric import Fabric, FabricError
+
+
+def _check(rails: int, servers: int, mesh_links: int) -> None:
+    if rails < 2 or rails % 2 or servers < 1 or mesh_links < 1:
+        raise FabricError(f"railfly: need an even rails >= 2, servers >= 1 and mesh_links >= 1, "
+                          f"got {rails}, {servers}, {mesh_links}")
+
+
+def build(rails: int = 4, servers: int = 4, gbps: float = 400.0, mesh_gbps: float = 400.0,
+          mesh_links: int = 1) -> Fabric:
+    _check(rails, servers, mesh_links)
+    radix = servers + (rails - 1) * mesh_links
+    fabric = Fabric("railfly", params={"rails": rails, "servers": servers, "gbps": gbps,
+                                       "mesh_gbps": mesh_gbps, "mesh_links": mesh_links})
+    switches = [fabric.add_switch("rail", rail=r, radix=radix, port_gbps=gbps)
+                for r in range(rails)]
+    for server in range(servers):
+        for rail in range(rails):
+            host = fabric.add_host("gpu", gpu=server * rails + rail, server=server, rail=rail)
+            fabric.add_link(host, switches[rail], gbps)
+    for a in range(rails):
+        for b in range(a + 1, rails):
+            for _ in range(mesh_links):
+                fabric.add_link(switches[a], switches[b], mesh_gbps)
+    return fabric
+
+
+def counts(rails: int = 4, servers: int = 4, gbps: float = 400.0, mesh_gbps: float = 400.0,
+           mesh_links: int = 1) -> FabricCounts:
+    _check(rails, servers, mesh_links)
+    gpus = rails * servers
+    mesh = mesh_links * rails * (rails - 1) // 2
+    to_eps = {gbps: gpus}
+    to_eps[mesh_gbps] = to_eps.get(mesh_gbps, 0) + mesh
+    cables, modules = cable_modules(to_eps, {})
+    half = rails // 2
+    return FabricCounts(
+        fabric="railfly", gpus=gpus, nic_ports=gpus, switches={"rail": rails},
+        switch_ports={"rail": (servers + (rails - 1) * mesh_links, gbps)},
+        cables=cables, optical_modules=modules, diameter=2,
+        bisection_gbps=min(half * half * mesh_links * mesh_gbps, gpus // 2 * gbps))
+
+
+def mesh_links_between(rails: int) -> int:
+    """Inter-group links of the text's table: K(K-1)/2."""
+    return rails * (rails - 1) // 2
+
+
+def bisection_half(fabric: Fabric) -> List[int]:
+    """The GPUs of the first K/2 rails: only mesh links cross."""
+    rails = fabric.params["rails"]
+    return [g for g in range(rails * fabric.params["servers"]) if g % rails < rails // 2]
+
+
+LARGEST_CHASSIS = 768    # H3C S12500R, the largest rail switch in the text's table
+
+
+def scaled_params(gpus: int, radix: int) -> dict:
+    """Eight rails, one RailFly unit: each rail switch needs gpus/8 + 7 ports,
+    a modular chassis when that exceeds `radix` (the text's table goes to 768)."""
+    ports = gpus // 8 + 7
+    if ports > max(radix, LARGEST_CHASSIS):
+        raise FabricError(f"railfly: {gpus:,} GPUs need {ports:,}-port rail switches, more than "
+                          f"the {LARGEST_CHASSIS}-port chassis of the text's table")
+    return {"rails": 8, "servers": gpus // 8}

@@ -1,0 +1,122 @@
+"""A per-host agent that forks armed iperf3 clients on demand.
+
+Started once in each Mininet host that receives flows.  Forking an agent
+that has already imported the iperf3 wrapper costs a few milliseconds of CPU,
+where a fresh Python process per flow costs about a hundred: on a 2-core
+machine that CPU is taken from the datapath being measured.
+
+Protocol, JSON lines: stdin ``{"op": "arm", "id": ID, "spec": {...}}``
+(a ``traffic.iperf_worker.ClientSpec``), ``{"op": "go", "id": ID}``,
+``{"op": "quit"}``; stdout ``{"event": "ready"}``,
+``{"event": "armed", "id": ID, "pid": PID}`` and
+``{"event": "done", "id": ID, "path": FILE}``: the result JSON is written to
+``RESULTS_DIR/ID.json`` by the child before it exits.
+
+    python -m traffic.host_agent --results DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import signal
+import sys
+from typing import Dict
+
+from traffic.iperf_worker import ClientSpec, run_client
+
+
+def _child(spec: ClientSpec, go_fd: int, path: str) -> None:
+    if not os.read(go_fd, 1):
+        return  # the agent died before go: the flow must not start on its own
+    result = run_client(spec)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as stream:
+        json.dump(result, stream)
+    os.rename(tmp, path)
+
+
+def _emit(event: dict) -> None:
+    # Each line is far below PIPE_BUF, so lines from one writer never interleave.
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def serve(results_dir: str) -> int:
+    import iperf3  # noqa: F401  (imported once here, inherited by every fork)
+
+    go_pipes: Dict[str, int] = {}
+    children: Dict[int, str] = {}
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    selector.register(wake_r, selectors.EVENT_READ, "child")
+    _emit({"event": "ready"})
+    while True:
+        for key, _ in selector.select():
+            if key.data == "child":
+                os.read(wake_r, 4096)
+                _reap(children, results_dir)
+                continue
+            line = sys.stdin.readline()
+            if not line:
+                return 0
+            command = json.loads(line)
+            op = command["op"]
+            if op == "quit":
+                return 0
+            if op == "arm":
+                flow_id = command["id"]
+                go_r, go_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the child: never returns into the agent's loop
+                    code = 0
+                    try:
+                        os.close(go_w)
+                        signal.set_wakeup_fd(-1)
+                        _child(ClientSpec(**command["spec"]),
+                               go_r, os.path.join(results_dir, f"{flow_id}.json"))
+                    except BaseException:
+                        code = 1
+                    finally:
+                        os._exit(code)
+                os.close(go_r)
+                go_pipes[flow_id] = go_w
+                children[pid] = flow_id
+                _emit({"event": "armed", "id": flow_id, "pid": pid})
+            elif op == "go":
+                fd = go_pipes.pop(command["id"])
+                os.write(fd, b"g")
+                os.close(fd)
+        _reap(children, results_dir)
+
+
+def _reap(children: Dict[int, str], results_dir: str) -> None:
+    while children:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        flow_id = children.pop(pid, None)
+        if flow_id is not None:
+            _emit({"event": "done", "id": flow_id,
+                   "path": os.path.join(results_dir, f"{flow_id}.json")})
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m traffic.host_agent")
+    parser.add_argument("--results", required=True, help="folder for per-flow result JSON")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    os.makedirs(args.results, exist_ok=True)
+    return serve(args.results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
