@@ -17,6 +17,7 @@ import traceback
 from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp, ofp_event,
                                 set_ev_cls)
 from controllers.control import ControlServer
+from controllers.dataplane_sync import Unixctl, flush_datapath, vswitchd_ctl_path
 from controllers.service import FabricService
 from topologies.fabric import Fabric
 
@@ -42,6 +43,7 @@ class LaunchSettings:
     fabric_path: str = ""
     socket_path: str = ""
     tdf: float = 1.0
+    dataplane_sync: bool = False
 
 
 class FabricController(BaseApp):
@@ -51,7 +53,14 @@ class FabricController(BaseApp):
         super().__init__(*args, **kwargs)
         with open(LaunchSettings.fabric_path) as stream:
             fabric = Fabric.from_json(stream.read())
-        self.service = FabricService(fabric, tdf=LaunchSettings.tdf)
+        sync = None
+        if LaunchSettings.dataplane_sync:
+            path = vswitchd_ctl_path()
+            if path is None:
+                raise RuntimeError("--dataplane-sync: no ovs-vswitchd control socket found")
+            unixctl = Unixctl(path)
+            sync = functools.partial(flush_datapath, unixctl)
+        self.service = FabricService(fabric, tdf=LaunchSettings.tdf, dataplane_sync=sync)
         self.control = ControlServer(LaunchSettings.socket_path, self.service.handle)
         self.control.start()
         LOG.info("fabric %s: %d EPS, %d OCS; control channel %s", fabric.name,

@@ -42,17 +42,27 @@ class EpsCore:
                                              self.group_id(host)))
         return msgs
 
-    def reroute(self, circuits: Optional[Dict[str, Set[Circuit]]] = None) -> Dict[str, List]:
-        """Recompute routes over a logical graph; messages per changed switch.
-
-        ``circuits`` defaults to the fabric's current ones; links in
-        ``down_links`` (failed on purpose) are left out.
-        """
+    def routes_for(self, circuits: Optional[Dict[str, Set[Circuit]]] = None) -> routing.NextHops:
+        """The route table over a logical graph, without the failed links."""
         logical = self.fabric.logical_graph(circuits)
         for u, v in (tuple(link) for link in self.down_links):
             while logical.has_edge(u, v):
                 logical.remove_edge(u, v)
-        table = routing.next_hops(logical, transit_hosts=self.transit_hosts)
+        return routing.next_hops(logical, transit_hosts=self.transit_hosts)
+
+    def reroute(self, circuits: Optional[Dict[str, Set[Circuit]]] = None,
+                fill_missing_from: Optional[routing.NextHops] = None) -> Dict[str, List]:
+        """Move to the routes over ``circuits``; messages per changed switch.
+
+        ``circuits`` defaults to the fabric's current ones; links in
+        ``down_links`` (failed on purpose) are left out.  A destination the
+        new graph cannot reach takes its ports from ``fill_missing_from``
+        when given, instead of being dropped at the switch.
+        """
+        table = self.routes_for(circuits)
+        for switch, entries in (fill_missing_from or {}).items():
+            for host, ports in entries.items():
+                table.setdefault(switch, {}).setdefault(host, ports)
         changes = routing.diff(self.table, table)
         self.table = table
         return {switch: [ofmsg.select_group(self.group_id(host), ports or (), modify=True)

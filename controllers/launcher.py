@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 
@@ -24,6 +25,8 @@ def parse_args(argv):
     parser.add_argument("--socket", required=True, help="control channel Unix socket path")
     parser.add_argument("--ofp-port", type=int, required=True, help="OpenFlow TCP port")
     parser.add_argument("--tdf", type=float, default=1.0, help="time-dilation factor")
+    parser.add_argument("--dataplane-sync", action="store_true",
+                        help="confirm datapath changes through the local ovs-vswitchd")
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
@@ -38,11 +41,20 @@ def main(argv=None) -> int:
     LaunchSettings.fabric_path = args.fabric
     LaunchSettings.socket_path = args.socket
     LaunchSettings.tdf = args.tdf
+    LaunchSettings.dataplane_sync = args.dataplane_sync
     cfg.CONF(args=["--ofp-listen-host", LOOPBACK, "--ofp-tcp-listen-port", str(args.ofp_port)],
              project=FRAMEWORK)
 
     def stop(signum, _frame):
-        raise SystemExit(128 + signum)
+        # os-ken's native hub cannot kill its threads (run_apps' cleanup
+        # raises AttributeError on HubThread.kill), so close the apps, which
+        # removes the control socket, and leave at once.
+        logging.getLogger("fabric.launcher").info("signal %d: stopping", signum)
+        try:
+            app_manager.AppManager.get_instance().close()
+        finally:
+            logging.shutdown()
+            os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -2,13 +2,20 @@
 
 Steps, each confirmed by an OpenFlow barrier before the next begins:
 
-1. move EPS routes off the circuits that are about to go (reroute over the
-   logical graph with only the kept circuits);
-2. tear those circuits down;
-3. keep the affected ports dark for the injected delay, counted from the
-   moment the data plane is confirmed dark when a confirmer is given (a
-   barrier reply does not prove the userspace datapath stopped forwarding);
-4. light the new circuits;
+1. move EPS routes off the circuits that are about to go, onto the kept
+   circuits; a destination that only the torn circuits reach keeps its
+   route (there is nowhere to move it, and dropping it at the EPS would
+   start its outage before the OCS goes dark);
+2. tear those circuits down, then confirm the datapath applied it
+   (``sync``: a barrier reply does not prove the userspace datapath stopped
+   forwarding);
+3. keep the affected ports dark for the injected delay, counted from that
+   confirmation; meanwhile point the stranded destinations at the circuits
+   about to light, so traffic resumes the moment they do;
+4. light the new circuits, and confirm the datapath applied it.  Lighting
+   takes time (flow-mods, barrier, datapath flush), so it is started
+   ``light_lead_s`` early: the caller passes its measured lighting latency,
+   never more than the delay itself;
 5. (the barriers of every step);
 6. recompute EPS routes over the new logical graph.
 
@@ -31,35 +38,41 @@ Apply = Callable[[Dict[str, List]], None]
 def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
                 clock: Callable[[], float] = time.time,
                 wait_until: Optional[Callable[[float], None]] = None,
-                confirm_dark: Optional[Callable[[List[int]], float]] = None) -> dict:
+                sync: Optional[Callable[[], None]] = None, light_lead_s: float = 0.0) -> dict:
     wait_until = wait_until or _wait_until
+    sync = sync or (lambda: None)
     stamps = {"start": clock()}
 
     interim = dict(eps.fabric.circuits)
     interim[ocs.name] = set(plan.keep)
-    apply(eps.reroute(interim))
+    target = dict(eps.fabric.circuits)
+    target[ocs.name] = plan.keep | plan.light
+
+    apply(eps.reroute(interim, fill_missing_from=eps.table))
     stamps["routes_moved"] = clock()
 
     if plan.tear:
         apply({ocs.name: ocs.tear_msgs(plan)})
+        sync()
     stamps["torn"] = clock()
-    dark_from = stamps["torn"]
-    if confirm_dark is not None and plan.tear:
-        dark_from = confirm_dark(sorted({p for c in plan.tear for p in c}))
-    stamps["dark_confirmed"] = dark_from
 
-    wait_until(dark_from + plan.delay_emulated_s)
+    apply(eps.reroute(interim, fill_missing_from=eps.routes_for(target)))
+    stamps["stranded_repointed"] = clock()
+    lead = min(max(light_lead_s, 0.0), plan.delay_emulated_s)
+    wait_until(stamps["torn"] + plan.delay_emulated_s - lead)
     stamps["dark_end"] = clock()
 
     if plan.light:
         apply({ocs.name: ocs.light_msgs(plan)})
+        sync()
     stamps["lit"] = clock()
     ocs.commit(plan)
 
     apply(eps.reroute())
     stamps["routes_restored"] = clock()
-    return {"plan": plan.to_dict(), "timestamps": stamps,
-            "dark_s": stamps["lit"] - stamps["dark_confirmed"]}
+    return {"plan": plan.to_dict(), "timestamps": stamps, "light_lead_s": lead,
+            "light_latency_s": stamps["lit"] - stamps["dark_end"],
+            "dark_s": stamps["lit"] - stamps["torn"]}
 
 
 def _wait_until(deadline: float) -> None:

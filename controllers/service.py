@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set
 
 from controllers import ofmsg
 from controllers.eps_core import EpsCore
@@ -20,6 +20,7 @@ from topologies.fabric import EPS, OCS, Fabric, FabricError
 
 LOG = logging.getLogger("fabric.service")
 BARRIER_TIMEOUT_S = 10.0
+LEAD_HISTORY = 5
 
 
 class SwitchError(RuntimeError):
@@ -27,8 +28,10 @@ class SwitchError(RuntimeError):
 
 
 class FabricService:
-    def __init__(self, fabric: Fabric, tdf: float = 1.0):
+    def __init__(self, fabric: Fabric, tdf: float = 1.0,
+                 dataplane_sync: Optional[Callable[[], None]] = None):
         self.fabric = fabric
+        self.dataplane_sync = dataplane_sync
         self.tdf = tdf
         self.eps = EpsCore(fabric)
         self.ocs: Dict[str, OcsCore] = {name: OcsCore(fabric, name, tdf)
@@ -136,11 +139,18 @@ class FabricService:
             if technology is not None:
                 core.set_technology(technology, delay_ms)
             plan = core.plan(circuits, delay_ms)
-            result = reconfigure(self.eps, core, plan, self.apply)
+            result = reconfigure(self.eps, core, plan, self.apply, sync=self.dataplane_sync,
+                                 light_lead_s=self.light_lead_s())
         core.history.append(result)
         LOG.info("%s reconfigured: tear %s light %s dark %.3f ms", ocs, sorted(plan.tear),
                  sorted(plan.light), result["dark_s"] * 1000)
         return result
+
+    def light_lead_s(self) -> float:
+        """Median lighting latency of the last reconfigurations (any OCS)."""
+        latencies = sorted(r["light_latency_s"] for core in self.ocs.values()
+                           for r in core.history[-LEAD_HISTORY:] if r["plan"]["light"])
+        return latencies[len(latencies) // 2] if latencies else 0.0
 
     def do_preset(self, ocs: str, technology: str, delay_ms: Optional[float] = None) -> dict:
         real_ms = self._ocs(ocs).set_technology(technology, delay_ms)

@@ -2,7 +2,9 @@
 
 ``--list`` shows the scenarios; ``--check`` validates a scenario without
 running it.  Every run writes ``results/<scenario>-<timestamp>/`` with
-result.json, flows.csv, captures/, report.md and PNG plots.
+result.json, flows.csv, captures/, report.md and PNG plots.  Kinds that
+only compute (``cost``, ``fabrics``) need no root and no fabric, and write
+their own tables, plots and exports instead of flows and captures.
 
 Exit codes: 0 done (warnings are printed), 1 the run failed, 2 bad input,
 3 another emulation is running, 130 interrupted.
@@ -71,20 +73,23 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def execute(scenario, out: Path) -> int:
     fabric = build_fabric(scenario)
-    scale = scale_for(scenario, fabric)
+    scale = None if fabric is None else scale_for(scenario, fabric)
     run_dir = results.new_run_dir(out, scenario.name)
     print(f"{scenario.name}: {scenario.config['scenario']['description']}")
-    print(f"  fabric {scenario.config['fabric']['spec']}: {len(fabric.hosts)} hosts, "
-          f"{len(fabric.eps_switches)} packet switches, {len(fabric.ocs_switches)} OCS; "
-          f"{scale.describe()}")
-    print(f"  results -> {run_dir}")
-    started = time.time()
     result = {"scenario": scenario.name, "description": scenario.config["scenario"]["description"],
               "status": "running", "started": results.now_iso(), "config": scenario.config,
-              "scale": scale.to_dict(), "warnings": [],
-              "fabric": {"spec": scenario.config["fabric"]["spec"], "hosts": len(fabric.hosts),
-                         "switches": len(fabric.eps_switches), "ocs": len(fabric.ocs_switches),
-                         "link_mbps": scenario.config["scale"]["link_mbps"]}}
+              "warnings": []}
+    if fabric is not None:
+        print(f"  fabric {scenario.config['fabric']['spec']}: {len(fabric.hosts)} hosts, "
+              f"{len(fabric.eps_switches)} packet switches, {len(fabric.ocs_switches)} OCS; "
+              f"{scale.describe()}")
+        result["scale"] = scale.to_dict()
+        result["fabric"] = {"spec": scenario.config["fabric"]["spec"],
+                            "hosts": len(fabric.hosts), "switches": len(fabric.eps_switches),
+                            "ocs": len(fabric.ocs_switches),
+                            "link_mbps": scenario.config["scale"]["link_mbps"]}
+    print(f"  results -> {run_dir}")
+    started = time.time()
     outcome, code = Outcome(), 0
     try:
         if scenario.experiment.NEEDS_EMULATION:

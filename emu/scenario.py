@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from emu.experiments import EXPERIMENTS
+from emu.experiments.base import needs_fabric
 from emu.schema import Field, Schema, ScenarioError, apply_overrides, validate
 from topologies import registry
 from topologies.fabric import FabricError
@@ -88,7 +89,8 @@ def resolve_path(name_or_path: str) -> Path:
 
 def schema_for(kind: str) -> Schema:
     experiment = EXPERIMENTS[kind]
-    schema = dict(COMMON)
+    schema = {section: fields for section, fields in COMMON.items()
+              if section == "scenario" or needs_fabric(experiment)}
     if experiment.SECTION:
         schema[experiment.SECTION] = experiment.FIELDS
     return schema

@@ -2,12 +2,17 @@
 
 Unknown keys, wrong types and out-of-range values are rejected with a
 message that names the file, the dotted key and what is allowed.
+
+A ``dict`` field is a TOML table of scalars, e.g. price overrides: nested
+tables are flattened to dotted keys (``{ocs = {port = 800}}`` is
+``{"ocs.port": 800}``), ``choices`` lists the allowed keys, and ``item``,
+``minimum`` and ``maximum`` apply to every value.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 
@@ -17,19 +22,23 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
-    kind: type                       # int, float, str, bool, list
+    kind: type                       # int, float, str, bool, list, dict
     default: Any = None
     help: str = ""
-    choices: Optional[Sequence] = None     # allowed values (each item, for lists)
+    choices: Optional[Sequence] = None     # allowed values (each item of a list; keys of a dict)
     minimum: Optional[float] = None
     maximum: Optional[float] = None
-    item: Optional[type] = None            # element type of a list
+    item: Optional[type] = None            # element type of a list, value type of a dict
     check: Optional[Callable[[Any], None]] = None  # raises ValueError with a reason
 
     def describe(self) -> str:
-        parts = [self.kind.__name__ if self.item is None else f"list of {self.item.__name__}"]
+        if self.item is None:
+            parts = [self.kind.__name__]
+        else:
+            parts = [f"{'table' if self.kind is dict else 'list'} of {self.item.__name__}"]
         if self.choices is not None:
-            parts.append("one of " + ", ".join(map(str, self.choices)))
+            parts.append(("keys " if self.kind is dict else "") + "one of "
+                         + ", ".join(map(str, self.choices)))
         if self.minimum is not None:
             parts.append(f">= {self.minimum:g}")
         if self.maximum is not None:
@@ -50,9 +59,35 @@ def _coerce_scalar(kind: type, value: Any) -> Any:
     return value
 
 
+def _dotted(table: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _check_table(where: str, key: str, spec: Field, value: Any) -> Dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{where}: key '{key}' must be {spec.describe()}, got {value!r}")
+    entry = replace(spec, kind=spec.item, item=None, choices=None, check=None)
+    table = {}
+    for name, item in _dotted(value).items():
+        if spec.choices is not None and name not in spec.choices:
+            raise ScenarioError(f"{where}: unknown key '{key}.{name}'; allowed keys in "
+                                f"'{key}': {', '.join(map(str, spec.choices))}")
+        table[name] = _check_value(where, f"{key}.{name}", entry, item)
+    return table
+
+
 def _check_value(where: str, key: str, spec: Field, value: Any) -> Any:
+    items: list = []       # the values checked against choices and bounds below
     try:
-        if spec.kind is list:
+        if spec.kind is dict:      # checks its own keys and values
+            value = _check_table(where, key, spec, value)
+        elif spec.kind is list:
             if not isinstance(value, list):
                 raise TypeError
             value = [_coerce_scalar(spec.item, v) for v in value]
@@ -129,12 +164,20 @@ def parse_override(text: str) -> Tuple[str, Any]:
 
 def apply_overrides(where: str, data: Dict[str, Any], overrides: Sequence[str],
                     schema: Schema) -> Dict[str, Any]:
-    """Merge --set overrides (``section.key=value``, or ``key=value`` when unique)."""
+    """Merge --set overrides (``section.key=value``, or ``key=value`` when unique);
+    ``section.table.entry=value`` sets one entry of a dict field."""
     merged = {section: dict(values) for section, values in data.items()}
     for text in overrides:
         key, value = parse_override(text)
         if "." in key:
             section, name = key.split(".", 1)
+            table, _, entry = name.partition(".")
+            if entry and table in schema.get(section, {}) and schema[section][table].kind is dict:
+                given = merged.setdefault(section, {}).get(table)
+                # A later dotted entry wins over the same key nested in the file.
+                merged[section][table] = {**(given if isinstance(given, dict) else {}),
+                                          entry: value}
+                continue
         else:
             owners = [s for s, fields in schema.items() if key in fields]
             if len(owners) != 1:
@@ -148,6 +191,6 @@ def apply_overrides(where: str, data: Dict[str, Any], overrides: Sequence[str],
             if spec.kind is list and not isinstance(value, list):
                 value = [value]
             if spec.kind is str and not isinstance(value, str):
-                value = str(value)
+                value = text.split("=", 1)[1].strip()   # as typed: "zcube,n=4" is no list
         merged.setdefault(section, {})[name] = value
     return merged

@@ -60,7 +60,8 @@ class FlowResult:
             self.status, self.error = "failed", str(iperf.get("error") or data.get("error"))
             return
         end = iperf.get("end", {})
-        received = end.get("sum_received", {})
+        # TCP reports the receiver's side in sum_received; UDP in sum.
+        received = end.get("sum_received") or end.get("sum", {})
         self.bytes_received = int(received.get("bytes", 0))
         self.goodput_mbps = received.get("bits_per_second", 0.0) / 1e6
         self.retransmits = int(end.get("sum_sent", {}).get("retransmits", 0))

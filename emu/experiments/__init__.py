@@ -1,8 +1,10 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
-from emu.experiments import allreduce, ocs_reconfig
+from emu.experiments import allreduce, cost, fabrics, ocs_reconfig
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
     "allreduce": allreduce,
+    "cost": cost,
+    "fabrics": fabrics,
 }

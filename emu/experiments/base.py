@@ -3,7 +3,10 @@
 An experiment module provides ``SECTION`` (its TOML section), ``FIELDS``
 (that section's schema), ``SUMMARY``, ``NEEDS_EMULATION``,
 ``check(scenario)`` (cross-field validation, no side effects) and
-``run(ctx) -> Outcome``.
+``run(ctx) -> Outcome``.  An experiment that only computes (no emulation,
+no fabric of its own) sets ``NEEDS_FABRIC = False``: its scenario then has
+no ``[fabric]``, ``[scale]`` or ``[fidelity]`` section, and its context no
+fabric or scale.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from topologies.fabric import HOST, Fabric
 @dataclass
 class Context:
     scenario: object
-    fabric: Fabric
-    scale: Scale
+    fabric: Optional[Fabric]
+    scale: Optional[Scale]
     run_dir: Path
     bed: Optional[object] = None
     log: Callable[[str], None] = print
@@ -49,7 +52,14 @@ class Outcome:
     t0: float = 0.0
 
 
-def build_fabric(scenario) -> Fabric:
+def needs_fabric(experiment) -> bool:
+    return getattr(experiment, "NEEDS_FABRIC", True)
+
+
+def build_fabric(scenario) -> Optional[Fabric]:
+    """The scenario's fabric, or None for an experiment without one."""
+    if not needs_fabric(scenario.experiment):
+        return None
     return registry.build(scenario.config["fabric"]["spec"])
 
 

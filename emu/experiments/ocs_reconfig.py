@@ -18,7 +18,7 @@ from emu.schema import Field
 from topologies import hybrid
 from traffic import pcap
 from traffic.capture import Capture
-from traffic.replay import Stream
+from traffic.replay import FlowResult, Stream
 
 SECTION = "ocs_reconfig"
 SUMMARY = "TCP + UDP probe across an OCS circuit, one reconfiguration per Table 2 preset"
@@ -114,9 +114,12 @@ def run(ctx: Context) -> Outcome:
             stream.stop()
         capture.stop()
     for stream, result in zip(streams, results):
-        if "error" in result or "error" in result.get("result", {}):
-            outcome.warnings.append(f"{stream.name} stream: "
-                                    f"{result.get('error') or result['result'].get('error')}")
+        row = FlowResult(id=stream.name, src=src, dst=dst, bytes=0, step=None, group="stream")
+        row.fill(result)
+        row.bytes = row.bytes_received
+        outcome.flows.append(row)
+        if row.status != "ok":
+            outcome.warnings.append(f"{stream.name} stream: {row.error}")
     _analyse(ctx, outcome, capture.path, events, src, dst, s)
     return outcome
 

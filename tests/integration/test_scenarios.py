@@ -1,0 +1,123 @@
+"""Both scenarios end to end through the command line, and the lifecycle guarantees."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from emu.scale import Scale
+from emu.testbed import Testbed
+from emu.waiting import wait_until
+from tests.integration.utils import REPO, assert_no_leftovers, leftovers, run_cli
+from topologies import registry
+
+pytestmark = pytest.mark.require_root
+
+
+def _only_run(out):
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1, f"expected one run folder in {out}, found {runs}"
+    return runs[0]
+
+
+def _assert_results_folder(run):
+    for name in ("result.json", "flows.csv", "report.md", "timeline.png", "controller.log"):
+        assert (run / name).is_file(), f"{name} missing from {run}: {sorted(os.listdir(run))}"
+    assert list((run / "dumps").glob("*.txt")), "no flow/group dumps taken at teardown"
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "ok", result["status"]
+    assert result["datapath"] in ("netdev", "system")
+    assert "cpu" in result["fidelity"] and "warnings" in result["fidelity"]
+    assert "Traceback" not in (run / "controller.log").read_text()
+    return result
+
+
+def test_ocs_reconfig_end_to_end(tmp_path):
+    done = run_cli("ocs-reconfig", "--out", str(tmp_path), "--set", "presets=mems,lc",
+                   "--set", "settle_s=1.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = _only_run(tmp_path)
+    result = _assert_results_folder(run)
+    rows = result["metrics"]["reconfig"]
+    assert [r["preset"] for r in rows] == ["mems", "lc"]
+    for row in rows:
+        assert row["measured_blackout_ms"] is not None, row
+        # Measured from the capture: it must be there and of the injected order.
+        assert row["injected_ms"] * 0.7 <= row["measured_blackout_ms"] <= row["injected_ms"] + 30, row
+        assert row["goodput_before_mbps"] > 0 and row["goodput_after_mbps"] > 0, row
+    assert list((run / "captures").glob("*.pcap")), "no capture in the results"
+    assert_no_leftovers()
+
+
+def test_allreduce_end_to_end(tmp_path):
+    done = run_cli("allreduce", "--out", str(tmp_path), "--set", "bytes_real=2e8",
+                   "--set", "hosts=4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = _assert_results_folder(_only_run(tmp_path))
+    metrics = result["metrics"]
+    assert metrics["hosts_count"] == 4
+    assert len(result["steps"]) == 2 * (4 - 1)
+    assert metrics["completion_s"] >= metrics["ideal_s"] * 0.95, metrics
+    assert metrics["completion_over_ideal_ratio"] == pytest.approx(
+        metrics["completion_s"] / metrics["ideal_s"])
+    assert_no_leftovers()
+
+
+def test_bad_scenario_fails_before_anything_exists(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[scenario]\nkind = "allreduce"\n[fabric]\nspec = "fattree,k=3"\n')
+    done = run_cli(str(bad), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert str(bad) in done.stderr and "k must be an even number" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+    assert not leftovers()
+
+
+def test_second_run_is_refused_while_one_is_active(tmp_path):
+    fabric = registry.build("hybrid,tors=2,hosts_per_tor=1")
+    with Testbed(fabric, Scale.from_rates(400, 20), tmp_path / "first", log=lambda m: None):
+        done = run_cli("ocs-reconfig", "--out", str(tmp_path / "second"))
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert "another emulation is running" in done.stderr, done.stderr
+    assert_no_leftovers()
+
+
+def _start_run(tmp_path, *extra):
+    proc = subprocess.Popen([sys.executable, "-m", "emu.run", "allreduce", "--out",
+                             str(tmp_path), *extra], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    wait_until(lambda: any("all-reduce of" in line for line in lines) or proc.poll() is not None,
+               120, "the run to start its traffic")
+    assert proc.poll() is None, "".join(lines)
+    return proc, lines
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_leaves_nothing(tmp_path, sig):
+    proc, lines = _start_run(tmp_path)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    assert code == 130, f"exit code {code}:\n{''.join(lines)}"
+    assert_no_leftovers()
+    result = json.loads((_only_run(tmp_path) / "result.json").read_text())
+    assert result["status"] == "interrupted"
+
+
+def test_killed_run_is_cleaned_by_the_next_one(tmp_path):
+    proc, lines = _start_run(tmp_path / "killed")
+    os.killpg(proc.pid, signal.SIGKILL)  # no finally block runs
+    proc.wait(timeout=30)
+    assert leftovers(), "a SIGKILLed run should have left something to clean"
+    done = subprocess.run([sys.executable, "-m", "emu.clean"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "removed" in done.stdout
+    assert_no_leftovers()

@@ -1,0 +1,57 @@
+"""Helpers for integration tests: real OVS, real controller, real flows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import List
+
+from emu import state
+from emu.waiting import WaitTimeout, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def mininet_shells() -> List[int]:
+    """Mininet host shells still alive (their command line ends in mininet:NAME)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.startswith(b"mininet:") for arg in cmdline):
+            pids.append(int(entry))
+    return pids
+
+
+def leftovers() -> List[str]:
+    found = [f"bridge {b}" for b in state.our_bridges()]
+    found += [f"link {link}" for link in state.our_links()]
+    found += [f"mininet shell pid {p}" for p in mininet_shells()]
+    found += [f"{e['what']} pid {e['pid']}" for e in state.owned_pids()
+              if state._alive_and_ours(e)]
+    return found
+
+
+def assert_no_leftovers(timeout_s: float = 15.0) -> None:
+    try:
+        wait_until(lambda: not leftovers(), timeout_s, "the testbed's objects to be gone")
+    except WaitTimeout:
+        raise AssertionError(f"left behind after the run: {leftovers()}") from None
+
+
+def run_cli(*args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([os.sys.executable, "-m", "emu.run", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def assert_ping(bed, src: str, dst: str, count: int = 3) -> None:
+    """ping from src to dst; the failure message shows what ping said."""
+    target = bed.fabric.graph.nodes[dst]["ip"]
+    out = bed.host(src).cmd(f"ping -c {count} -i 0.2 -W 1 {target}")
+    assert f"{count} received" in out or " 0% packet loss" in out, \
+        f"{src} -> {dst} ({target}) failed:\n{out}"

@@ -1,0 +1,382 @@
+"""EPS and OCS cores through fake datapaths, and a smoke test of the os-ken shim."""
+
+import json
+import os
+
+import pytest
+from fakes import FakeDatapath, FakeNetwork, assert_delivered
+
+from controllers import app, launcher, ofmsg
+from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, ofp, ofp_event,
+                                parser)
+from controllers.eps_core import EpsCore
+from controllers.ocs_core import CUSTOM, TECHNOLOGIES, OcsCore, delay_ms_for
+from controllers.service import FabricService
+from topologies import hybrid, registry
+from topologies.fabric import EPS, FabricError
+
+K = 4
+
+
+# ---------------------------------------------------------------- helpers
+def eps_network(fabric):
+    """Program every packet switch of a fabric with EpsCore.switch_start."""
+    core = EpsCore(fabric)
+    network = FakeNetwork(fabric)
+    for name in fabric.eps_switches:
+        network.datapaths[name].send_all(core.switch_start(name))
+    return core, network
+
+
+def ocs_network(fabric, tdf=1.0):
+    cores = {name: OcsCore(fabric, name, tdf) for name in fabric.ocs_switches}
+    eps, network = eps_network(fabric)
+    for name, core in cores.items():
+        network.datapaths[name].send_all(core.switch_start())
+    return eps, cores, network
+
+
+def role(fabric, node):
+    return fabric.graph.nodes[node]["role"]
+
+
+def pod(fabric, node):
+    return fabric.graph.nodes[node].get("pod")
+
+
+@pytest.fixture(scope="module")
+def fat_tree():
+    fabric = registry.build(f"fattree,k={K}")
+    core, network = eps_network(fabric)
+    return fabric, core, network
+
+
+# ---------------------------------------------------------------- EPS core
+def test_switch_start_clears_then_installs_one_group_and_route_per_host(fat_tree):
+    fabric, core, _ = fat_tree
+    msgs = core.switch_start("s1")
+    first = msgs[:3]
+    assert first[0].command == ofp.OFPFC_DELETE and first[0].table_id == ofp.OFPTT_ALL, \
+        "a connecting switch must first lose every flow of a previous controller"
+    assert isinstance(first[1], parser.OFPGroupMod) and first[1].group_id == ofp.OFPG_ALL, \
+        "and every group"
+    assert first[2].priority == 0 and not first[2].instructions, \
+        "the table miss must drop explicitly: fabrics have loops, nothing may flood"
+    groups = [m for m in msgs if isinstance(m, parser.OFPGroupMod) and m.command == ofp.OFPGC_ADD]
+    routes = [m for m in msgs[3:] if isinstance(m, parser.OFPFlowMod)]
+    assert len(groups) == len(routes) == len(fabric.hosts), \
+        f"expected one group and one route per host ({len(fabric.hosts)}), " \
+        f"got {len(groups)} groups and {len(routes)} routes"
+
+
+def test_every_host_reaches_every_host_from_every_edge_switch(fat_tree):
+    fabric, _, network = fat_tree
+    edges = fabric.nodes_of(EPS, "edge")
+    assert len(edges) == K * K // 2
+    for edge in edges:
+        # Inject at the edge switch from each of its hosts' ports.
+        sources = [h for h in fabric.hosts if fabric.host_port(h)[0] == edge]
+        assert sources, f"{edge} has no host"
+        for src in sources:
+            for dst in fabric.hosts:
+                if dst == src:
+                    continue
+                result = assert_delivered(network, src, dst)
+                for path in result.delivered:
+                    nodes = [hop.node for hop in path]
+                    assert len(nodes) == len(set(nodes)), f"{src}->{dst} revisits: {nodes}"
+                    assert len(nodes) <= 5, f"{src}->{dst} longer than the fat-tree's " \
+                                            f"diameter: {nodes}"
+
+
+def test_remote_pod_traffic_spreads_over_every_core_path(fat_tree):
+    _, _, network = fat_tree
+    result = assert_delivered(network, "h1", f"h{K ** 3 // 4}")
+    assert len(result.delivered) == (K // 2) ** 2, \
+        f"a k={K} fat-tree has (k/2)^2 shortest paths between pods, walk found " \
+        f"{result.nodes()}"
+    assert len({path[2].node for path in result.delivered}) == (K // 2) ** 2, \
+        "every core switch should carry one of the paths"
+
+
+def test_unknown_destination_is_dropped_not_flooded(fat_tree):
+    fabric, _, network = fat_tree
+    edge, port = fabric.host_port("h1")
+    ports = network.tables[edge].output_ports(port, "10.99.0.1")
+    assert ports == frozenset(), f"{edge} forwards an unknown address to {sorted(ports)}"
+
+
+def test_ecmp_group_sizes_follow_the_fat_tree_formulas(fat_tree):
+    fabric, core, network = fat_tree
+    half = K // 2
+    for switch in fabric.eps_switches:
+        table = network.tables[switch]
+        for host in fabric.hosts:
+            ports = table.group_ports(core.group_id(host))
+            edge = fabric.host_port(host)[0]
+            kind = role(fabric, switch)
+            if kind == "core":
+                expected = 1                        # one aggregation switch per pod
+            elif kind == "agg":
+                expected = 1 if pod(fabric, switch) == pod(fabric, host) else half
+            elif switch == edge:
+                expected = 1                        # the host's own port
+            else:                                   # up through every aggregation switch
+                expected = half
+            assert len(ports) == expected, \
+                f"{kind} switch {switch} towards {host} (pod {pod(fabric, host)}): expected " \
+                f"{expected} ECMP ports, group has {sorted(ports)}"
+
+
+def test_reroute_sends_group_modifies_only_for_changed_entries():
+    fabric = registry.build(f"fattree,k={K}")
+    core, network = eps_network(fabric)
+    assert core.reroute() == {}, "nothing changed, so nothing should be sent"
+    edge, agg = "s7", "s5"
+    assert fabric.graph.has_edge(edge, agg)
+    core.down_links.add(frozenset((edge, agg)))
+    batch = core.reroute()
+    assert edge in batch and agg in batch, f"both ends of {edge}-{agg} must change: {sorted(batch)}"
+    for switch, msgs in batch.items():
+        assert all(isinstance(m, parser.OFPGroupMod) and m.command == ofp.OFPGC_MODIFY
+                   for m in msgs), f"{switch}: a route change must be an atomic group MODIFY"
+        network.datapaths[switch].send_all(msgs)
+    port = fabric.graph.edges[edge, agg, 0]["ports"][edge]
+    for dst in fabric.hosts[4:]:
+        result = assert_delivered(network, "h1", dst)
+        assert all(hop.out_port != port for path in result.delivered for hop in path
+                   if hop.node == edge), f"h1->{dst} still uses the failed link {edge}-{agg}"
+
+
+# ---------------------------------------------------------------- OCS core
+@pytest.fixture
+def ring3():
+    return registry.build("hybrid,tors=3")
+
+
+def test_circuits_become_port_to_port_flows_both_ways(ring3):
+    _, cores, network = ocs_network(ring3)
+    table = network.tables["o1"]
+    lit = ring3.circuits["o1"]
+    assert lit == {(2, 3), (4, 5), (1, 6)}
+    for a, b in lit:
+        assert table.output_ports(a) == {b}, f"circuit {a}-{b}: in_port {a} must leave by {b}"
+        assert table.output_ports(b) == {a}, f"circuit {a}-{b}: in_port {b} must leave by {a}"
+    radix = ring3.graph.nodes["o1"]["radix"]
+    dark = set(range(1, radix + 1)) - {p for c in lit for p in c}
+    for port in dark:
+        assert table.output_ports(port) == frozenset(), f"dark port {port} forwards"
+
+
+def test_hosts_talk_across_the_ring_of_circuits(ring3):
+    _, _, network = ocs_network(ring3)
+    for src in ring3.hosts:
+        for dst in ring3.hosts:
+            if src != dst:
+                result = assert_delivered(network, src, dst)
+                assert network.ocs_hops(result.delivered) <= ring3.circuits["o1"]
+
+
+def test_plan_refuses_a_port_used_twice(ring3):
+    core = OcsCore(ring3, "o1")
+    with pytest.raises(FabricError, match=r"port 2 is already used by another circuit"):
+        core.plan([(1, 2), (2, 3)])
+
+
+def test_plan_refuses_a_port_beyond_the_radix(ring3):
+    core = OcsCore(ring3, "o1")
+    with pytest.raises(FabricError, match=r"port 7 beyond radix 6 \(allowed 1\.\.6\)"):
+        core.plan([(1, 7)])
+
+
+@pytest.mark.parametrize("circuits,message", [
+    ([(3, 3)], "connects a port to itself"),
+    ([(1, 2, 3)], "is not a port pair"),
+])
+def test_plan_refuses_malformed_circuits(ring3, circuits, message):
+    with pytest.raises(FabricError, match=message):
+        OcsCore(ring3, "o1").plan(circuits)
+
+
+def test_plan_splits_keep_tear_and_light_without_touching_the_fabric(ring3):
+    core = OcsCore(ring3, "o1")
+    before = set(ring3.circuits["o1"])
+    plan = core.plan([(3, 2), (1, 4), (5, 6)])
+    assert plan.keep == {(2, 3)}, f"keep: {plan.keep}"
+    assert plan.tear == {(4, 5), (1, 6)}, f"tear: {plan.tear}"
+    assert plan.light == {(1, 4), (5, 6)}, f"light: {plan.light}"
+    assert plan.dark_ports == [1, 4, 5, 6], f"dark ports: {plan.dark_ports}"
+    assert ring3.circuits["o1"] == before, "planning must not change the circuits"
+    torn = [(m.command, dict(m.match.items())["in_port"]) for m in core.tear_msgs(plan)]
+    assert sorted(torn) == [(ofp.OFPFC_DELETE_STRICT, p) for p in (1, 4, 5, 6)]
+    lit = sorted(dict(m.match.items())["in_port"] for m in core.light_msgs(plan))
+    assert lit == [1, 4, 5, 6]
+    core.commit(plan)
+    assert ring3.circuits["o1"] == {(2, 3), (1, 4), (5, 6)}
+
+
+def test_technology_presets_are_table_2():
+    assert {name: tech.delay_ms for name, tech in TECHNOLOGIES.items()} == {
+        "rotornet": 0.01, "mems": 10.0, "piezo": 25.0, "lc": 100.0, "robotic": 120000.0}
+
+
+@pytest.mark.parametrize("technology", sorted(TECHNOLOGIES))
+@pytest.mark.parametrize("tdf", [1.0, 400.0])
+def test_plan_delay_is_the_preset_times_the_dilation(technology, tdf):
+    fabric = registry.build("hybrid")
+    core = OcsCore(fabric, "o1", tdf=tdf)
+    assert core.set_technology(technology) == TECHNOLOGIES[technology].delay_ms
+    plan = core.plan(hybrid.circuit_set(fabric, "ring-reverse"))
+    real = TECHNOLOGIES[technology].delay_ms
+    assert plan.delay_real_ms == real
+    assert plan.delay_emulated_s == pytest.approx(real * tdf / 1000.0), \
+        f"{technology} at tdf {tdf}: expected {real * tdf / 1000.0} s dark"
+    assert plan.to_dict()["delay_emulated_ms"] == pytest.approx(real * tdf)
+
+
+def test_custom_technology_needs_a_delay():
+    with pytest.raises(FabricError, match="custom' needs a delay_ms >= 0"):
+        delay_ms_for(CUSTOM)
+    with pytest.raises(FabricError, match="custom' needs a delay_ms >= 0"):
+        delay_ms_for(CUSTOM, -1.0)
+    assert delay_ms_for(CUSTOM, 7) == 7.0
+    with pytest.raises(FabricError, match="allowed: rotornet, mems, piezo, lc, robotic, custom"):
+        delay_ms_for("warp")
+
+
+def test_custom_delay_is_stored_on_the_ocs_and_used_by_the_next_plan():
+    fabric = registry.build("hybrid")
+    core = OcsCore(fabric, "o1", tdf=2.0)
+    core.set_technology(CUSTOM, 7.0)
+    assert core.technology == CUSTOM
+    plan = core.plan([])
+    assert plan.delay_real_ms == 7.0 and plan.delay_emulated_s == pytest.approx(0.014)
+    core.set_technology("mems")
+    assert fabric.graph.nodes["o1"]["delay_ms"] is None, "a preset must drop the custom delay"
+    assert core.plan([]).delay_real_ms == 10.0
+
+
+# ---------------------------------------------------------------- os-ken shim
+HANDLERS = {
+    "switch_features": (ofp_event.EventOFPSwitchFeatures, [CONFIG_DISPATCHER]),
+    "barrier_reply": (ofp_event.EventOFPBarrierReply, [MAIN_DISPATCHER]),
+    "error_msg": (ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER]),
+    "state_change": (ofp_event.EventOFPStateChange, ["dead"]),
+}
+
+
+def bare_controller(fabric):
+    """The app object without os-ken's app manager: only the service is set."""
+    controller = app.FabricController.__new__(app.FabricController)
+    controller.service = FabricService(fabric)
+    return controller
+
+
+def test_every_handler_is_registered_and_covered_by_the_smoke_test():
+    found = {}
+    for name in dir(app.FabricController):
+        callers = getattr(getattr(app.FabricController, name), "callers", None)
+        if callers:
+            found[name] = {ev: caller.dispatchers for ev, caller in callers.items()}
+    expected = {name: {ev: dispatchers} for name, (ev, dispatchers) in HANDLERS.items()}
+    assert found == expected, f"handlers changed: {found}; update HANDLERS and the smoke test"
+
+
+def test_smoke_every_handler_with_real_event_objects():
+    fabric = registry.build("hybrid")
+    controller = bare_controller(fabric)
+    service = controller.service
+    datapaths = {name: FakeDatapath(fabric.graph.nodes[name]["dpid"], name)
+                 for name in fabric.switches}
+
+    for datapath in datapaths.values():
+        controller.switch_features(
+            ofp_event.EventOFPSwitchFeatures(parser.OFPSwitchFeatures(datapath)))
+    assert sorted(service.status()["connected"]) == sorted(fabric.switches)
+    assert not service.status()["ready"], "no barrier answered yet, so nothing is ready"
+
+    for datapath in datapaths.values():
+        reply = parser.OFPBarrierReply(datapath)
+        reply.xid = datapath.sent[-1].xid
+        assert isinstance(datapath.sent[-1], parser.OFPBarrierRequest)
+        controller.barrier_reply(ofp_event.EventOFPBarrierReply(reply))
+    status = service.status()
+    assert status["ready"], f"every switch answered its barrier: {status}"
+
+    error = parser.OFPErrorMsg(datapaths["s1"], type_=ofp.OFPET_BAD_ACTION,
+                               code=ofp.OFPBAC_BAD_OUT_GROUP)
+    error.xid = 42
+    controller.error_msg(ofp_event.EventOFPErrorMsg(error))
+    assert service.errors == [f"dpid {datapaths['s1'].id}: OFPErrorMsg type=2 code=9 xid=42"]
+    assert not service.status()["ready"], "a switch error must make the fabric not ready"
+
+    controller.state_change(ofp_event.EventOFPStateChange(datapaths["o1"]))
+    assert "o1" not in service.status()["connected"]
+    assert "o1" in service.status()["missing"]
+
+
+def test_fail_loudly_ends_the_process_with_code_70(monkeypatch, capsys):
+    exits = []
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code):
+        exits.append(code)
+        raise Exited
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    controller = bare_controller(registry.build("hybrid"))
+    unknown = FakeDatapath(99, "stranger")
+    with pytest.raises(Exited):
+        controller.switch_features(
+            ofp_event.EventOFPSwitchFeatures(parser.OFPSwitchFeatures(unknown)))
+    assert exits == [app.EXIT_HANDLER_FAILED] == [70]
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "no switch with dpid 99" in err, \
+        f"the traceback must reach the controller log, got: {err!r}"
+
+
+def test_fail_loudly_passes_results_through_when_nothing_fails(monkeypatch):
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail(f"exited with {code}"))
+
+    @app.fail_loudly
+    def handler(self, ev):
+        return ev * 2
+
+    assert handler(None, 21) == 42
+    assert handler.__name__ == "handler"
+
+
+def test_app_builds_its_service_from_the_launch_settings(tmp_path, monkeypatch):
+    fabric = registry.build("hybrid")
+    fabric_path = tmp_path / "fabric.json"
+    fabric_path.write_text(fabric.to_json())
+    socket_path = tmp_path / "run" / "control.sock"
+    monkeypatch.setattr(app.LaunchSettings, "fabric_path", str(fabric_path))
+    monkeypatch.setattr(app.LaunchSettings, "socket_path", str(socket_path))
+    monkeypatch.setattr(app.LaunchSettings, "tdf", 3.0)
+    controller = app.FabricController()
+    try:
+        assert controller.service.tdf == 3.0
+        assert sorted(controller.service.fabric.switches) == sorted(fabric.switches)
+        assert socket_path.exists(), "the control channel must be listening"
+    finally:
+        controller.close()
+    assert not socket_path.exists(), "close() must remove the control socket"
+
+
+def test_launcher_arguments():
+    args = launcher.parse_args(["--fabric", "f.json", "--socket", "s", "--ofp-port", "6653"])
+    assert (args.fabric, args.socket, args.ofp_port, args.tdf) == ("f.json", "s", 6653, 1.0)
+    with pytest.raises(SystemExit):
+        launcher.parse_args(["--fabric", "f.json"])
+
+
+def test_fabric_json_round_trip_keeps_what_the_controller_needs():
+    fabric = registry.build("hybrid,tors=3")
+    again = type(fabric).from_json(fabric.to_json())
+    assert json.loads(again.to_json()) == json.loads(fabric.to_json())
+    assert again.circuits == fabric.circuits
+    assert EpsCore(again).table == EpsCore(fabric).table
+    assert ofmsg.COOKIE_EPS != ofmsg.COOKIE_OCS

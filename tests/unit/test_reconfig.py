@@ -1,0 +1,427 @@
+"""FabricService and the ordered OCS reconfiguration, over fake datapaths.
+
+The reconfiguration (controllers/reconfig.py) runs in five message phases:
+EPS moves off the torn circuits, OCS tear, EPS repoint of the stranded
+destinations, OCS light, EPS restore.  Each phase is confirmed by barriers
+before the next one starts.
+"""
+
+import time
+from dataclasses import dataclass
+from typing import List
+
+import pytest
+from fakes import FakeDatapath, FakeNetwork, assert_delivered
+
+from controllers import ofmsg
+from controllers import service as service_module
+from controllers.compat import ofp, parser
+from controllers.control import ControlClient, ControlError, ControlServer
+from controllers.reconfig import reconfigure
+from controllers.service import FabricService, SwitchError
+from topologies import hybrid, registry
+from topologies.fabric import EPS, OCS, FabricError
+
+DELAY_MS = 5.0
+STAMP_ORDER = ["start", "routes_moved", "torn", "stranded_repointed", "dark_end", "lit",
+               "routes_restored"]
+# hybrid,tors=4: the ring is 2-3, 4-5, 6-7, 8-1 (ToR t has OCS ports 2t+1, 2t+2).
+# Keep 2-3 and 4-5, re-wire the ToR3 circuits: the same ring over other ports.
+PARTIAL = [(2, 3), (4, 5), (1, 7), (6, 8)]
+
+
+@dataclass
+class Bed:
+    fabric: object
+    service: FabricService
+    network: FakeNetwork
+
+    @property
+    def journal(self):
+        return self.network.journal
+
+
+def connected(spec: str, **service_args) -> Bed:
+    """A FabricService with a fake datapath for every switch, barriers answered at once."""
+    fabric = registry.build(spec)
+    service = FabricService(fabric, **service_args)
+    network = FakeNetwork(fabric, on_barrier=service.barrier_replied)
+    network.connect(service)
+    status = service.status()
+    assert status["ready"], f"every fake switch answered its barrier, yet: {status}"
+    network.journal.clear()
+    return Bed(fabric, service, network)
+
+
+@pytest.fixture
+def ring3():
+    return connected("hybrid,tors=3")
+
+
+@pytest.fixture
+def ring4():
+    return connected("hybrid,tors=4,hosts_per_tor=1")
+
+
+def classify(bed: Bed, name: str, msg) -> str:
+    kind = bed.fabric.kind(name)
+    if isinstance(msg, parser.OFPBarrierRequest):
+        return f"{kind}-barrier"
+    if isinstance(msg, parser.OFPGroupMod) and msg.command == ofp.OFPGC_MODIFY:
+        return f"{kind}-group-modify"
+    if isinstance(msg, parser.OFPFlowMod) and msg.command == ofp.OFPFC_DELETE_STRICT:
+        return f"{kind}-delete"
+    if isinstance(msg, parser.OFPFlowMod) and msg.command == ofp.OFPFC_ADD:
+        return f"{kind}-add"
+    return f"{kind}-other"
+
+
+def positions(labels: List[str], label: str) -> List[int]:
+    return [i for i, seen in enumerate(labels) if seen == label]
+
+
+def remote_pairs(fabric):
+    return [(s, d) for s in fabric.hosts for d in fabric.hosts
+            if fabric.host_port(s)[0] != fabric.host_port(d)[0]]
+
+
+def ring_reverse(bed: Bed) -> list:
+    return sorted(hybrid.circuit_set(bed.fabric, "ring-reverse"))
+
+
+def custom(bed: Bed, circuits, delay_ms=DELAY_MS) -> dict:
+    return bed.service.do_reconfigure("o1", circuits, delay_ms=delay_ms, technology="custom")
+
+
+def check_at_every_barrier(bed: Bed, pairs) -> list:
+    """Trace pairs whenever any switch gets a barrier; returns [(label, pair, trace)]."""
+    snapshots = []
+
+    def on_message(datapath, msg):
+        if isinstance(msg, parser.OFPBarrierRequest):
+            label = f"barrier {len(bed.journal)} on {datapath.name}"
+            for src, dst in pairs:
+                snapshots.append((label, (src, dst), bed.network.trace(src, dst)))
+
+    for datapath in bed.network.datapaths.values():
+        datapath.on_message = on_message
+    return snapshots
+
+
+# ---------------------------------------------------------------- timing
+def test_reconfigure_timestamps_are_ordered_and_dark_lasts_the_delay(ring3):
+    result = custom(ring3, ring_reverse(ring3))
+    stamps = result["timestamps"]
+    assert list(stamps) == STAMP_ORDER
+    values = [stamps[k] for k in STAMP_ORDER]
+    assert values == sorted(values), f"timestamps out of order: {stamps}"
+    assert result["light_lead_s"] == 0.0, "no lighting latency measured yet, so no lead"
+    dark = stamps["dark_end"] - stamps["torn"]
+    assert dark >= DELAY_MS / 1000, f"dark for {dark * 1000:.3f} ms, injected {DELAY_MS} ms"
+    assert result["dark_s"] == stamps["lit"] - stamps["torn"] >= DELAY_MS / 1000
+    assert result["light_latency_s"] == stamps["lit"] - stamps["dark_end"]
+    assert result["plan"]["delay_emulated_ms"] == DELAY_MS
+    assert ring3.service.ocs["o1"].history == [result]
+
+
+def test_lighting_starts_early_by_the_measured_latency_never_more_than_the_delay(ring3):
+    first = custom(ring3, ring_reverse(ring3))
+    lead = ring3.service.light_lead_s()
+    assert lead == first["light_latency_s"], "one measurement: the lead is that latency"
+    second = custom(ring3, sorted(hybrid.circuit_set(ring3.fabric, "ring")))
+    assert second["light_lead_s"] == pytest.approx(min(lead, DELAY_MS / 1000))
+    stamps = second["timestamps"]
+    assert stamps["dark_end"] - stamps["torn"] >= DELAY_MS / 1000 - second["light_lead_s"]
+
+
+def test_light_lead_is_the_median_of_recent_latencies_with_lit_circuits():
+    svc = FabricService(registry.build("hybrid"))
+    history = svc.ocs["o1"].history
+    assert svc.light_lead_s() == 0.0
+    for latency in (0.009, 0.001, 0.005):
+        history.append({"light_latency_s": latency, "plan": {"light": [(1, 4)]}})
+    history.append({"light_latency_s": 9.0, "plan": {"light": []}})  # lit nothing: ignored
+    assert svc.light_lead_s() == 0.005, "median of 0.001, 0.005 and 0.009"
+
+
+def test_reconfigure_core_with_injected_clock_and_lead():
+    """reconfigure() itself: the wait ends delay - lead after the tear is confirmed."""
+    fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
+    svc = FabricService(fabric, tdf=2.0)
+    core = svc.ocs["o1"]
+    core.set_technology("custom", 3.0)
+    events, ticks = [], iter(range(100))
+    plan = core.plan(PARTIAL)
+    result = reconfigure(svc.eps, core, plan, lambda batch: events.append(sorted(batch)),
+                         clock=lambda: float(next(ticks)),
+                         wait_until=lambda t: events.append(("wait", t)),
+                         sync=lambda: events.append("sync"), light_lead_s=0.002)
+    torn = result["timestamps"]["torn"]
+    assert events == [["s1", "s3"], ["o1"], "sync", ["s4"], ("wait", pytest.approx(torn + 0.004)),
+                      ["o1"], "sync", ["s1", "s3"]], \
+        "moves, tear+sync, repoint, wait 3 ms x tdf 2 - 2 ms lead, light+sync, restore"
+    capped = reconfigure(svc.eps, core, core.plan(sorted(hybrid.circuit_set(fabric, "ring"))),
+                         lambda batch: None, clock=time.time, wait_until=lambda t: None,
+                         light_lead_s=99.0)
+    assert capped["light_lead_s"] == pytest.approx(0.006), "the lead never exceeds the delay"
+
+
+# ---------------------------------------------------------------- ordering
+def test_messages_go_moves_tear_repoint_light_restore(ring4):
+    custom(ring4, PARTIAL)
+    labels = [classify(ring4, name, msg) for name, msg in ring4.journal]
+    deletes = positions(labels, "ocs-delete")
+    adds = positions(labels, "ocs-add")
+    modifies = positions(labels, "eps-group-modify")
+    assert len(deletes) == len(adds) == 4, f"two circuits torn and two lit: {labels}"
+    assert max(deletes) < min(adds), f"an OCS add came before the last delete: {labels}"
+    moves = [i for i in modifies if i < deletes[0]]
+    repoints = [i for i in modifies if deletes[-1] < i < adds[0]]
+    restores = [i for i in modifies if i > adds[-1]]
+    assert moves, f"no EPS route moved off the torn circuits before tearing: {labels}"
+    assert repoints, f"no stranded route repointed while dark: {labels}"
+    assert restores, f"no EPS route restored over the new circuits: {labels}"
+    assert len(moves) + len(repoints) + len(restores) == len(modifies), \
+        f"EPS groups changed in the middle of an OCS step: {labels}"
+    eps_barriers = positions(labels, "eps-barrier")
+    ocs_barriers = positions(labels, "ocs-barrier")
+    assert any(moves[-1] < i < deletes[0] for i in eps_barriers), "moves not confirmed"
+    assert any(deletes[-1] < i < repoints[0] for i in ocs_barriers), "tear not confirmed"
+    assert any(repoints[-1] < i < adds[0] for i in eps_barriers), "repoint not confirmed"
+    assert any(adds[-1] < i < restores[0] for i in ocs_barriers), "light not confirmed"
+    switches = {phase: sorted({ring4.journal[i][0] for i in idx})
+                for phase, idx in (("moves", moves), ("repoints", repoints),
+                                   ("restores", restores))}
+    assert switches == {"moves": ["s1", "s3"], "repoints": ["s4"],
+                        "restores": ["s1", "s3"]}, \
+        f"s1 and s3 lose their paths via s4, only s4 is stranded: {switches}"
+
+
+def test_kept_circuits_carry_traffic_at_every_step(ring4):
+    # h1, h2, h3 hang off s1, s2, s3, which the kept circuits 2-3 and 4-5 chain.
+    kept_pairs = [(s, d) for s in ("h1", "h2", "h3") for d in ("h1", "h2", "h3") if s != d]
+    snapshots = check_at_every_barrier(ring4, remote_pairs(ring4.fabric))
+    custom(ring4, PARTIAL)
+    assert snapshots
+    for label, (src, dst), result in snapshots:
+        stray = [f for f in result.failures if not f.startswith("dropped at o1")]
+        assert not stray, f"{label}: {src}->{dst} looped, was misdelivered or dropped at a " \
+                          f"packet switch: {stray}"
+        if (src, dst) in kept_pairs:
+            assert not result.failures, f"{label}: {src}->{dst} lost a path although kept " \
+                                        f"circuits join them: {result.failures}"
+            assert ring4.network.ocs_hops(result.delivered) <= {(2, 3), (4, 5), (1, 8), (6, 7)}
+
+
+def test_ring_to_ring_reverse_keeps_routes_until_the_ocs_goes_dark(ring3):
+    labels_at_delete, dark_results = [], []
+
+    def on_ocs_message(datapath, msg):
+        label = classify(ring3, "o1", msg)
+        if label == "ocs-delete" and not labels_at_delete:
+            labels_at_delete.append([classify(ring3, n, m) for n, m in ring3.journal])
+            for src, dst in remote_pairs(ring3.fabric):
+                assert_delivered(ring3.network, src, dst)
+        if label in ("ocs-delete", "ocs-add", "ocs-barrier"):
+            adds = [m for _, m in ring3.journal if classify(ring3, "o1", m) == "ocs-add"]
+            if label != "ocs-add" and not adds and len(ring3.journal) > 1:
+                for src, dst in remote_pairs(ring3.fabric):
+                    dark_results.append(ring3.network.trace(src, dst))
+
+    ring3.network.datapaths["o1"].on_message = on_ocs_message
+    custom(ring3, ring_reverse(ring3))
+    assert labels_at_delete, "the OCS never got a delete"
+    assert "eps-group-modify" not in labels_at_delete[0], \
+        "every circuit is torn, so no route can move before the tear"
+    assert dark_results
+    for result in dark_results[len(remote_pairs(ring3.fabric)):]:   # after the first delete
+        for failure in result.failures:
+            assert failure.startswith("dropped at o1"), \
+                f"while dark, traffic must wait at the OCS, not loop or stop early: {failure}"
+
+
+def test_after_reconfigure_traffic_uses_only_the_new_circuits(ring3):
+    old = set(ring3.fabric.circuits["o1"])
+    new = set(hybrid.circuit_set(ring3.fabric, "ring-reverse"))
+    assert not old & new
+    custom(ring3, sorted(new))
+    assert ring3.fabric.circuits["o1"] == new
+    used = set()
+    for src, dst in remote_pairs(ring3.fabric):
+        result = assert_delivered(ring3.network, src, dst)
+        used |= ring3.network.ocs_hops(result.delivered)
+    assert used == new, f"traffic crosses {sorted(used)}, new circuits are {sorted(new)}"
+    partner = {a: b for a, b in new} | {b: a for a, b in new}
+    table = ring3.network.tables["o1"]
+    for port in range(1, ring3.fabric.graph.nodes["o1"]["radix"] + 1):
+        assert table.output_ports(port) == {partner[port]}, \
+            f"OCS in_port {port} leaves by {sorted(table.output_ports(port))}, expected " \
+            f"{partner[port]} of the new circuits (torn ones: {sorted(old)})"
+
+
+def test_dataplane_sync_follows_the_tear_and_the_light():
+    calls = []
+    bed = connected("hybrid,tors=3", dataplane_sync=lambda: calls.append(
+        (time.time(), [classify(bed, n, m) for n, m in bed.journal])))
+    result = custom(bed, ring_reverse(bed))
+    assert len(calls) == 2, f"expected one sync after the tear and one after the light: {calls}"
+    (t_tear, seen_tear), (t_light, seen_light) = calls
+    assert seen_tear[-1] == "ocs-barrier" and "ocs-delete" in seen_tear \
+        and "ocs-add" not in seen_tear, f"first sync must follow the confirmed tear: {seen_tear}"
+    assert seen_light[-1] == "ocs-barrier" and "ocs-add" in seen_light
+    stamps = result["timestamps"]
+    assert t_tear <= stamps["torn"], "the dark time is counted from the confirmed tear"
+    assert t_light <= stamps["lit"]
+
+
+def test_reconnected_ocs_gets_the_current_circuits(ring3):
+    custom(ring3, ring_reverse(ring3), delay_ms=0.0)
+    old = ring3.network.datapaths["o1"]
+    ring3.service.switch_disconnected(old)
+    assert "o1" in ring3.service.status()["missing"]
+    fresh = FakeDatapath(old.id, "o1", ring3.service.barrier_replied)
+    ring3.network.datapaths["o1"] = fresh
+    ring3.service.switch_connected(fresh)
+    ring3.service.barrier_replied(fresh, fresh.sent[-1].xid)
+    assert ring3.service.status()["ready"]
+    for src, dst in remote_pairs(ring3.fabric):
+        assert_delivered(ring3.network, src, dst)
+
+
+# ---------------------------------------------------------------- refused requests
+def test_unknown_ocs_is_refused_and_nothing_changes(ring3):
+    before = ring3.service.state()
+    with pytest.raises(FabricError, match=r"unknown OCS 'o9'; OCS in this fabric: \['o1'\]"):
+        ring3.service.do_reconfigure("o9", [])
+    assert ring3.journal == [], "nothing may be sent for a refused request"
+    assert ring3.service.state() == before
+
+
+@pytest.mark.parametrize("circuits,message", [
+    ([(1, 2), (2, 3)], "port 2 is already used"),
+    ([(1, 99)], "beyond radix 6"),
+    ([(4, 4)], "connects a port to itself"),
+])
+def test_invalid_circuits_are_refused_and_nothing_changes(ring3, circuits, message):
+    before = ring3.service.state()
+    table_before = dict(ring3.service.eps.table)
+    with pytest.raises(FabricError, match=message):
+        custom(ring3, circuits)
+    assert ring3.journal == [], f"sent {len(ring3.journal)} messages for a refused request"
+    assert ring3.service.state() == before, "a refused request changed the controller state"
+    assert ring3.service.eps.table == table_before
+    assert ring3.service.ocs["o1"].history == []
+
+
+def test_refused_requests_come_back_over_the_control_channel(ring3, tmp_path):
+    server = ControlServer(str(tmp_path / "ctl" / "c.sock"), ring3.service.handle)
+    server.start()
+    client = ControlClient(server.path, timeout=5)
+    try:
+        with pytest.raises(ControlError, match="unknown OCS 'o9'"):
+            client.call("reconfigure", ocs="o9", circuits=[])
+        with pytest.raises(ControlError, match="beyond radix"):
+            client.call("reconfigure", ocs="o1", circuits=[[1, 99]])
+        assert ring3.journal == []
+        result = client.call("reconfigure", ocs="o1", circuits=ring_reverse(ring3),
+                             technology="custom", delay_ms=1.0)
+        assert result["plan"]["light"] == [list(c) for c in ring_reverse(ring3)]
+        assert client.call("state")["circuits"]["o1"] == [list(c) for c in ring_reverse(ring3)]
+        assert client.call("status")["ready"]
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_presets_through_the_service(ring3):
+    reply = ring3.service.do_preset("o1", "piezo")
+    assert reply == {"ocs": "o1", "technology": "piezo", "delay_real_ms": 25.0,
+                     "delay_emulated_ms": 25.0}
+    assert ring3.service.state()["technology"]["o1"] == {"name": "piezo", "delay_ms": None}
+    with pytest.raises(FabricError, match="needs a delay_ms"):
+        ring3.service.do_preset("o1", "custom")
+    assert ring3.service.state()["technology"]["o1"]["name"] == "piezo"
+    assert set(ring3.service.handle({"op": "technologies"})["technologies"]) == {
+        "rotornet", "mems", "piezo", "lc", "robotic"}
+    with pytest.raises(ValueError, match="unknown op 'nope'"):
+        ring3.service.handle({"op": "nope"})
+
+
+# ---------------------------------------------------------------- switch failures
+def test_switch_error_during_apply_raises(ring3):
+    def reject_flow_mods(datapath, msg):
+        if isinstance(msg, parser.OFPFlowMod):
+            ring3.service.error_received(datapath, "OFPErrorMsg type=5 code=0")
+
+    ring3.network.datapaths["o1"].on_message = reject_flow_mods
+    with pytest.raises(SwitchError, match=r"switch errors: dpid 1: OFPErrorMsg type=5 code=0"):
+        ring3.service.apply({"o1": ofmsg.circuit(1, 2)})
+    with pytest.raises(SwitchError, match="OFPErrorMsg"):
+        custom(ring3, ring_reverse(ring3), delay_ms=0.0)
+    assert not ring3.service.status()["ready"]
+
+
+def test_switch_that_never_answers_the_barrier_times_out(ring3, monkeypatch):
+    monkeypatch.setattr(service_module, "BARRIER_TIMEOUT_S", 0.05)
+    ring3.network.datapaths["s2"].on_barrier = None
+    started = time.monotonic()
+    with pytest.raises(SwitchError, match=r"s2 did not answer a barrier within 0\.05 s"):
+        ring3.service.apply({"s1": [], "s2": [], "o1": []})
+    assert time.monotonic() - started < 1.0, "the timeout must bound the wait"
+
+
+def test_apply_to_a_disconnected_switch_raises(ring3):
+    ring3.service.switch_disconnected(ring3.network.datapaths["s3"])
+    with pytest.raises(SwitchError, match="s3 is not connected"):
+        ring3.service.apply({"s3": []})
+
+
+# ---------------------------------------------------------------- link failures
+def test_link_failure_reroutes_around_it_and_recovery_restores_ecmp():
+    bed = connected("fattree,k=4")
+    fabric, svc = bed.fabric, bed.service
+    edge, agg = "s7", "s5"
+    assert fabric.graph.nodes[edge]["role"] == "edge" and fabric.graph.nodes[agg]["role"] == "agg"
+    port_edge = fabric.graph.edges[edge, agg, 0]["ports"][edge]
+    port_agg = fabric.graph.edges[edge, agg, 0]["ports"][agg]
+    far = fabric.hosts[-1]
+    assert len(assert_delivered(bed.network, "h1", far).delivered) == 4
+
+    reply = svc.do_link(edge, agg, up=False)
+    assert edge in reply["changed_switches"] and agg in reply["changed_switches"]
+    assert svc.state()["down_links"] == [sorted((edge, agg))]
+    for src in fabric.hosts:
+        for dst in fabric.hosts:
+            if src == dst:
+                continue
+            result = assert_delivered(bed.network, src, dst)
+            for path in result.delivered:
+                for hop in path:
+                    assert (hop.node, hop.out_port) not in {(edge, port_edge), (agg, port_agg)}, \
+                        f"{src}->{dst} crosses the failed link {edge}-{agg}: {path}"
+    assert len(assert_delivered(bed.network, "h1", far).delivered) == 2, \
+        "with one uplink gone, h1 keeps the two core paths of the other aggregation switch"
+
+    svc.do_link(agg, edge, up=True)
+    assert svc.state()["down_links"] == []
+    assert len(assert_delivered(bed.network, "h1", far).delivered) == 4
+
+
+def test_link_that_does_not_exist_is_refused(ring3):
+    with pytest.raises(FabricError, match="no link s1-s3"):
+        ring3.service.do_link("s1", "s3", up=False)
+    assert ring3.journal == []
+
+
+def test_status_lists_missing_switches_until_all_answered():
+    fabric = registry.build("hybrid")
+    svc = FabricService(fabric)
+    assert svc.status()["missing"] == sorted(fabric.switches)
+    network = FakeNetwork(fabric)           # no automatic barrier replies
+    for datapath in network.datapaths.values():
+        svc.switch_connected(datapath)
+    assert not svc.status()["ready"]
+    for datapath in network.datapaths.values():
+        svc.barrier_replied(datapath, datapath.sent[-1].xid)
+    assert svc.status()["ready"] and svc.status()["missing"] == []
+    assert {fabric.kind(n) for n in svc.status()["ready_switches"]} == {EPS, OCS}
