@@ -136,6 +136,8 @@ class FabricService:
                        technology: Optional[str] = None) -> dict:
         core = self._ocs(ocs)
         with self._reconfig_lock:
+            # Check the circuits before changing the technology: a refusal changes nothing.
+            circuits = self.fabric.check_circuits(ocs, circuits)
             if technology is not None:
                 core.set_technology(technology, delay_ms)
             plan = core.plan(circuits, delay_ms)

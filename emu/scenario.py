@@ -9,7 +9,10 @@ bad file fails before any namespace, bridge or process exists.
 
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (Ubuntu 22.04)
+    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence

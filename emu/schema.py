@@ -146,7 +146,10 @@ def validate(where: str, data: Dict[str, Any], schema: Schema) -> Dict[str, Dict
 
 def parse_override(text: str) -> Tuple[str, Any]:
     """``key=value`` from the command line: TOML literals, else strings; a,b is a list."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10 (Ubuntu 22.04)
+        import tomli as tomllib
 
     if "=" not in text:
         raise ScenarioError(f"--set {text!r}: expected key=value")

@@ -13,7 +13,10 @@ the 16,384-GPU comparison of ZCube's Table 6.
 from __future__ import annotations
 
 import copy
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (Ubuntu 22.04)
+    import tomli as tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional

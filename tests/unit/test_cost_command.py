@@ -68,7 +68,8 @@ def test_cost_writes_the_table_the_plots_and_the_text_comparisons(tmp_path, caps
     assert "RFabric cost-efficiency over FT" in out and "text 1.81x" in out
 
 
-def test_cost_price_overrides_and_gpu_price(tmp_path):
+def test_cost_price_overrides_and_gpu_price(tmp_path, monkeypatch):
+    monkeypatch.setattr(run.os, "geteuid", lambda: 1000)      # no root needed
     args = ["cost", "--out", str(tmp_path), "--set", "cost.gpus=4096,16384",
             "--set", "cost.radices=128", "--set", "cost.gpu_price=25000",
             "--set", "cost.prices.ocs.port=800", "--set", "cost.prices.optics.module.400=900"]
@@ -101,7 +102,9 @@ def test_cost_scenario_file_with_nested_price_table(tmp_path):
     assert [row["gpus"] for row in result["metrics"]["rfabric_over_ft"]] == [4096]
 
 
-def test_fabrics_prints_one_line_per_fabric_and_exports_graphml(tmp_path, capsys):
+def test_fabrics_prints_one_line_per_fabric_and_exports_graphml(tmp_path, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setattr(run.os, "geteuid", lambda: 1000)      # no root needed
     args = ["fabrics", "--out", str(tmp_path), "--set", "fabrics.gpus=4096",
             "--set", "fabrics.radix=64", "--set", "fabrics.names=roft,zcube,hpn,railfly",
             "--set", "fabrics.export=zcube,n=4", "--set", "fabrics.format=graphml"]

@@ -1,0 +1,30 @@
+# The two commands of README.md: `sudo make run` and `sudo make test`.
+# Both run bootstrap.sh first, which installs what is missing and is quick
+# the second time.
+
+PYTHON := .venv/bin/python
+SCENARIO ?= ocs-reconfig
+ARGS ?=
+
+.PHONY: setup run test unit integration bench clean
+
+setup:
+	./bootstrap.sh
+
+run: setup
+	$(PYTHON) -m emu.run $(SCENARIO) $(ARGS)
+
+test: setup
+	$(PYTHON) -m pytest tests -v
+
+unit: setup
+	$(PYTHON) -m pytest tests/unit -q
+
+integration: setup
+	$(PYTHON) -m pytest tests/integration -v
+
+bench: setup
+	$(PYTHON) bench/fidelity
+
+clean: setup
+	$(PYTHON) -m emu.clean
