@@ -6,16 +6,18 @@ Steps, each confirmed by an OpenFlow barrier before the next begins:
    circuits; a destination that only the torn circuits reach keeps its
    route (there is nowhere to move it, and dropping it at the EPS would
    start its outage before the OCS goes dark);
-2. tear those circuits down, then confirm the datapath applied it
-   (``sync``: a barrier reply does not prove the userspace datapath stopped
-   forwarding);
-3. keep the affected ports dark for the injected delay, counted from that
-   confirmation; meanwhile point the stranded destinations at the circuits
-   about to light, so traffic resumes the moment they do;
+2. tear those circuits down and, in the same round of barriers, point the
+   stranded destinations at the circuits about to light (they are dark, so
+   nothing flows early, and traffic resumes the moment they light); then
+   confirm the datapath applied it (``sync``: a barrier reply does not
+   prove the userspace datapath stopped forwarding);
+3. keep the affected ports dark for the injected delay.  The datapath
+   applies a change somewhere between sending it and the confirmation, so
+   the dark time is counted from the middle of the tear round;
 4. light the new circuits, and confirm the datapath applied it.  Lighting
    takes time (flow-mods, barrier, datapath flush), so it is started
-   ``light_lead_s`` early: the caller passes its measured lighting latency,
-   never more than the delay itself;
+   ``light_lead_s`` early: half the lighting round the caller measured
+   before, never more than the delay itself;
 5. (the barriers of every step);
 6. recompute EPS routes over the new logical graph.
 
@@ -51,15 +53,20 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     apply(eps.reroute(interim, fill_missing_from=eps.table))
     stamps["routes_moved"] = clock()
 
+    repoint = eps.reroute(interim, fill_missing_from=eps.routes_for(target))
+    # The tear is sent first: a repointed route must meet a dark port, not an old circuit
+    # that still leads to another ToR (which would send it back: an outage before the dark).
+    batch = {ocs.name: ocs.tear_msgs(plan)} if plan.tear else {}
+    batch.update(repoint)
+    stamps["tear_sent"] = clock()
+    apply(batch)
     if plan.tear:
-        apply({ocs.name: ocs.tear_msgs(plan)})
         sync()
     stamps["torn"] = clock()
 
-    apply(eps.reroute(interim, fill_missing_from=eps.routes_for(target)))
-    stamps["stranded_repointed"] = clock()
     lead = min(max(light_lead_s, 0.0), plan.delay_emulated_s)
-    wait_until(stamps["torn"] + plan.delay_emulated_s - lead)
+    dark_from = (stamps["tear_sent"] + stamps["torn"]) / 2
+    wait_until(dark_from + plan.delay_emulated_s - lead)
     stamps["dark_end"] = clock()
 
     if plan.light:
@@ -72,7 +79,7 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     stamps["routes_restored"] = clock()
     return {"plan": plan.to_dict(), "timestamps": stamps, "light_lead_s": lead,
             "light_latency_s": stamps["lit"] - stamps["dark_end"],
-            "dark_s": stamps["lit"] - stamps["torn"]}
+            "dark_s": (stamps["dark_end"] + stamps["lit"]) / 2 - dark_from}
 
 
 def _wait_until(deadline: float) -> None:

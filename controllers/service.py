@@ -149,10 +149,10 @@ class FabricService:
         return result
 
     def light_lead_s(self) -> float:
-        """Median lighting latency of the last reconfigurations (any OCS)."""
+        """Half the median lighting round of the last reconfigurations (any OCS)."""
         latencies = sorted(r["light_latency_s"] for core in self.ocs.values()
                            for r in core.history[-LEAD_HISTORY:] if r["plan"]["light"])
-        return latencies[len(latencies) // 2] if latencies else 0.0
+        return latencies[len(latencies) // 2] / 2 if latencies else 0.0
 
     def do_preset(self, ocs: str, technology: str, delay_ms: Optional[float] = None) -> dict:
         real_ms = self._ocs(ocs).set_technology(technology, delay_ms)

@@ -121,6 +121,7 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
         result["netem"] = bed.datapath.netem
         result["versions"] = results.versions(bed.datapath.info.version)
         result["build_s"] = round(bed.build_s, 3)
+        result["warnings"] = list(result.get("warnings", [])) + bed.warnings
         ctx = Context(scenario, fabric, scale, run_dir, bed=bed)
         sampler = CpuSampler(("ovs-vswitchd",), interval_s=0.5).start()
         try:

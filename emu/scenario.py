@@ -112,6 +112,9 @@ def load(name_or_path: str, overrides: Sequence[str] = ()) -> Scenario:
                             f"{', '.join(sorted(EXPERIMENTS))}")
     schema = schema_for(kind)
     merged = apply_overrides(where, raw, overrides, schema)
+    if merged.get("scenario", {}).get("kind") != kind:    # the schema was chosen by the kind
+        raise ScenarioError(f"{where}: --set cannot change 'scenario.kind' ({kind!r}); "
+                            "use a scenario file of the other kind")
     config = validate(where, merged, schema)
     scenario = Scenario(name=path.stem, where=where, config=config)
     try:

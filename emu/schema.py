@@ -169,7 +169,9 @@ def apply_overrides(where: str, data: Dict[str, Any], overrides: Sequence[str],
                     schema: Schema) -> Dict[str, Any]:
     """Merge --set overrides (``section.key=value``, or ``key=value`` when unique);
     ``section.table.entry=value`` sets one entry of a dict field."""
-    merged = {section: dict(values) for section, values in data.items()}
+    # A scalar where a [section] belongs is left for validate() to report.
+    merged = {section: dict(values) if isinstance(values, dict) else values
+              for section, values in data.items()}
     for text in overrides:
         key, value = parse_override(text)
         if "." in key:

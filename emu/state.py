@@ -75,9 +75,11 @@ class RunLock:
 
 # ---------------------------------------------------------------- ownership
 def _start_time(pid: int) -> Optional[int]:
+    """Start time of a live process; None once it is gone or a zombie (it has exited)."""
     try:
         with open(f"/proc/{pid}/stat") as stream:
-            return int(stream.read().rsplit(")", 1)[1].split()[19])
+            fields = stream.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 

@@ -39,17 +39,30 @@ class Flow:
 
 @dataclass
 class FlowDag:
+    """Flows and their dependencies.
+
+    ``external`` names flows of another DAG that some flows here wait for;
+    such a DAG is a building block, joined to the rest with ``merge`` before
+    it is replayed (the replayer refuses a DAG with external dependencies).
+    """
+
     flows: List[Flow] = field(default_factory=list)
+    external: Tuple[str, ...] = ()
 
     def __post_init__(self):
         self.validate()
+
+    @classmethod
+    def merge(cls, *dags: "FlowDag") -> "FlowDag":
+        """One DAG of several: every external dependency must now resolve."""
+        return cls([flow for dag in dags for flow in dag.flows])
 
     def validate(self) -> None:
         ids = [f.id for f in self.flows]
         if len(ids) != len(set(ids)):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             raise FlowError(f"duplicate flow ids: {dupes}")
-        known = set(ids)
+        known = set(ids) | set(self.external)
         for flow in self.flows:
             missing = [d for d in flow.after if d not in known]
             if missing:
@@ -70,7 +83,8 @@ class FlowDag:
                 raise FlowError(f"flow dependencies form a cycle: {' -> '.join(chain + [fid])}")
             state[fid] = "active"
             for dep in flows[fid].after:
-                visit(dep, chain + [fid])
+                if dep in flows:
+                    visit(dep, chain + [fid])
             state[fid] = "done"
             order.append(flows[fid])
 
@@ -85,7 +99,7 @@ class FlowDag:
         """Finish times if each flow ran alone at rate_bps (the DAG's critical path)."""
         finish: Dict[str, float] = {}
         for flow in self.topological_order():
-            ready = max((finish[d] for d in flow.after), default=0.0) + flow.at_s
+            ready = max((finish.get(d, 0.0) for d in flow.after), default=0.0) + flow.at_s
             finish[flow.id] = ready + startup_s + flow.bytes * 8 / rate_bps
         return finish
 
@@ -112,7 +126,7 @@ def ring_allreduce(hosts: Sequence[str], total_bytes: int, group: str = "allredu
             flows.append(Flow(id=f"{group}-s{step}-r{rank}", src=hosts[rank],
                               dst=hosts[(rank + 1) % n], bytes=chunk, after=deps, step=step,
                               group=group))
-    return FlowDag(flows)
+    return FlowDag(flows, external=tuple(start_after))
 
 
 def allreduce_ideal_s(n: int, total_bytes: int, rate_bps: float) -> float:

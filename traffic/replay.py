@@ -136,6 +136,9 @@ class Replayer:
         return max(MIN_FLOW_TIMEOUT_S, 10 * flow.bytes * 8 / (self.expected_mbps * 1e6))
 
     def run(self) -> List[FlowResult]:
+        if self.dag.external:
+            raise ValueError(f"the DAG waits for flows outside it: {list(self.dag.external)}; "
+                             "merge it with the DAG that holds them first")
         flows = self.dag.by_id()
         order = [f.id for f in self.dag.topological_order()]
         results = {fid: FlowResult(fid, f.src, f.dst, f.bytes, f.step, f.group)

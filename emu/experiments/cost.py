@@ -68,7 +68,7 @@ def check(scenario) -> None:
                     catalog.counts_at_scale(name, gpus, radix)
                 except FabricError as error:
                     raise ValueError(f"cost.fabrics has {name!r}, which cannot be built with "
-                                     f"cost.gpus {gpus} and cost.radices {radix}: {error}")
+                                     f"cost.gpus {gpus} and cost.radices {radix}: {error}") from None
 
 
 def run(ctx: Context) -> Outcome:

@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from fakes import FakeDatapath, FakeNetwork, assert_delivered
+from fakes import FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode
 
 from controllers import app, launcher, ofmsg
 from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, ofp, ofp_event,
@@ -136,7 +136,8 @@ def test_reroute_sends_group_modifies_only_for_changed_entries():
     assert fabric.graph.has_edge(edge, agg)
     core.down_links.add(frozenset((edge, agg)))
     batch = core.reroute()
-    assert edge in batch and agg in batch, f"both ends of {edge}-{agg} must change: {sorted(batch)}"
+    assert edge in batch and agg in batch, \
+        f"both ends of {edge}-{agg} must change: {sorted(batch)}"
     for switch, msgs in batch.items():
         assert all(isinstance(m, parser.OFPGroupMod) and m.command == ofp.OFPGC_MODIFY
                    for m in msgs), f"{switch}: a route change must be an atomic group MODIFY"
@@ -146,6 +147,24 @@ def test_reroute_sends_group_modifies_only_for_changed_entries():
         result = assert_delivered(network, "h1", dst)
         assert all(hop.out_port != port for path in result.delivered for hop in path
                    if hop.node == edge), f"h1->{dst} still uses the failed link {edge}-{agg}"
+
+
+def test_reroute_drops_unreachable_destinations_unless_filled():
+    fabric = registry.build("hybrid,tors=3")
+    dark = {"o1": set()}
+    plain = EpsCore(fabric)
+    batch = plain.reroute(dark)
+    remote = [h for h in fabric.hosts if fabric.host_port(h)[0] != "s1"]
+    emptied = {m.group_id for m in batch["s1"] if not m.buckets}
+    assert emptied == {plain.group_id(h) for h in remote}, \
+        "without circuits, s1's groups towards other ToRs' hosts become empty (drop)"
+    filled = EpsCore(fabric)
+    before = dict(filled.table)
+    assert filled.reroute(dark, fill_missing_from=filled.table) == {}, \
+        "filled from the current table, stranded destinations keep their routes"
+    assert filled.table == before
+    assert filled.routes_for(dark)["s1"].keys() == {"h1", "h2"}, \
+        "routes_for reports reachability only"
 
 
 # ---------------------------------------------------------------- OCS core
@@ -380,3 +399,50 @@ def test_fabric_json_round_trip_keeps_what_the_controller_needs():
     assert again.circuits == fabric.circuits
     assert EpsCore(again).table == EpsCore(fabric).table
     assert ofmsg.COOKIE_EPS != ofmsg.COOKIE_OCS
+
+
+# ---------------------------------------------------------------- the fakes themselves
+def test_fake_datapath_refuses_bytes_that_do_not_parse_back():
+    datapath = FakeDatapath(1, "s1")
+    msg = ofmsg.route_to_group("10.0.0.1", 1)
+    msg.datapath = datapath
+    datapath.set_xid(msg)
+    msg.serialize()
+    good = bytes(msg.buf)
+    assert isinstance(decode(datapath, good), parser.OFPFlowMod)
+    with pytest.raises(FakeSwitchError, match="header length"):
+        decode(datapath, good[:-8])
+    with pytest.raises(FakeSwitchError, match="version"):
+        decode(datapath, b"\x01" + good[1:])
+
+
+def test_fake_table_models_openflow_errors_and_group_deletion():
+    fabric = registry.build("hybrid")
+    core = EpsCore(fabric)
+    datapath = FakeDatapath(2, "s1")
+    with pytest.raises(FakeSwitchError, match="OFPBAC_BAD_OUT_GROUP"):
+        datapath.send_all([ofmsg.route_to_group("10.0.0.1", 1)])
+    datapath.send_all(core.switch_start("s1"))
+    assert datapath.table.output_ports(3, "10.0.0.1") == {1}
+    with pytest.raises(FakeSwitchError, match="OFPGMFC_GROUP_EXISTS"):
+        datapath.send_all([ofmsg.select_group(1, [2])])
+    with pytest.raises(FakeSwitchError, match="OFPGMFC_UNKNOWN_GROUP"):
+        datapath.send_all([ofmsg.select_group(99, [2], modify=True)])
+    delete = parser.OFPGroupMod(None, command=ofp.OFPGC_DELETE, type_=ofp.OFPGT_SELECT,
+                                group_id=1)
+    datapath.send_all([delete])
+    assert datapath.table.output_ports(3, "10.0.0.1") == frozenset(), \
+        "deleting a group removes the flows that use it"
+    assert datapath.table.output_ports(3, "10.0.0.2") == {2}
+
+
+def test_fake_table_strict_delete_removes_only_the_exact_flow():
+    datapath = FakeDatapath(1, "o1")
+    datapath.send_all(ofmsg.circuit(1, 2) + ofmsg.circuit(3, 4))
+    datapath.send_all([ofmsg.circuit_half_delete(1)])
+    assert datapath.table.output_ports(1) == frozenset()
+    assert datapath.table.output_ports(2) == {1}
+    datapath.send_all([ofmsg.flow_delete_strict(parser.OFPMatch(in_port=3), priority=7)])
+    assert datapath.table.output_ports(3) == {4}, "another priority is another flow"
+    datapath.send_all([ofmsg.delete_all_flows()])
+    assert datapath.table.flows == []

@@ -1,9 +1,10 @@
 """FabricService and the ordered OCS reconfiguration, over fake datapaths.
 
-The reconfiguration (controllers/reconfig.py) runs in five message phases:
-EPS moves off the torn circuits, OCS tear, EPS repoint of the stranded
-destinations, OCS light, EPS restore.  Each phase is confirmed by barriers
-before the next one starts.
+The reconfiguration (controllers/reconfig.py) runs in four rounds of
+messages, each confirmed by barriers before the next one starts: EPS moves
+off the torn circuits; the OCS tear together with the EPS repoint of the
+destinations that only torn circuits reached; the OCS light; the EPS
+restore over the new circuits.
 """
 
 import time
@@ -23,7 +24,7 @@ from topologies import hybrid, registry
 from topologies.fabric import EPS, OCS, FabricError
 
 DELAY_MS = 5.0
-STAMP_ORDER = ["start", "routes_moved", "torn", "stranded_repointed", "dark_end", "lit",
+STAMP_ORDER = ["start", "routes_moved", "tear_sent", "torn", "dark_end", "lit",
                "routes_restored"]
 # hybrid,tors=4: the ring is 2-3, 4-5, 6-7, 8-1 (ToR t has OCS ports 2t+1, 2t+2).
 # Keep 2-3 and 4-5, re-wire the ToR3 circuits: the same ring over other ports.
@@ -109,6 +110,11 @@ def check_at_every_barrier(bed: Bed, pairs) -> list:
 
 
 # ---------------------------------------------------------------- timing
+def dark_from(stamps):
+    """The tear lands between sending it and its confirmation: the middle counts."""
+    return (stamps["tear_sent"] + stamps["torn"]) / 2
+
+
 def test_reconfigure_timestamps_are_ordered_and_dark_lasts_the_delay(ring3):
     result = custom(ring3, ring_reverse(ring3))
     stamps = result["timestamps"]
@@ -116,50 +122,56 @@ def test_reconfigure_timestamps_are_ordered_and_dark_lasts_the_delay(ring3):
     values = [stamps[k] for k in STAMP_ORDER]
     assert values == sorted(values), f"timestamps out of order: {stamps}"
     assert result["light_lead_s"] == 0.0, "no lighting latency measured yet, so no lead"
-    dark = stamps["dark_end"] - stamps["torn"]
+    dark = stamps["dark_end"] - dark_from(stamps)
     assert dark >= DELAY_MS / 1000, f"dark for {dark * 1000:.3f} ms, injected {DELAY_MS} ms"
-    assert result["dark_s"] == stamps["lit"] - stamps["torn"] >= DELAY_MS / 1000
+    assert result["dark_s"] == pytest.approx(
+        (stamps["dark_end"] + stamps["lit"]) / 2 - dark_from(stamps))
+    assert result["dark_s"] >= DELAY_MS / 1000
     assert result["light_latency_s"] == stamps["lit"] - stamps["dark_end"]
     assert result["plan"]["delay_emulated_ms"] == DELAY_MS
     assert ring3.service.ocs["o1"].history == [result]
 
 
-def test_lighting_starts_early_by_the_measured_latency_never_more_than_the_delay(ring3):
+def test_lighting_starts_early_by_half_the_measured_round_never_more_than_the_delay(ring3):
     first = custom(ring3, ring_reverse(ring3))
     lead = ring3.service.light_lead_s()
-    assert lead == first["light_latency_s"], "one measurement: the lead is that latency"
+    assert lead == first["light_latency_s"] / 2, "one measurement: half that lighting round"
     second = custom(ring3, sorted(hybrid.circuit_set(ring3.fabric, "ring")))
     assert second["light_lead_s"] == pytest.approx(min(lead, DELAY_MS / 1000))
     stamps = second["timestamps"]
-    assert stamps["dark_end"] - stamps["torn"] >= DELAY_MS / 1000 - second["light_lead_s"]
+    assert stamps["dark_end"] - dark_from(stamps) >= DELAY_MS / 1000 - second["light_lead_s"]
 
 
-def test_light_lead_is_the_median_of_recent_latencies_with_lit_circuits():
+def test_light_lead_is_half_the_median_of_recent_rounds_that_lit_circuits():
     svc = FabricService(registry.build("hybrid"))
     history = svc.ocs["o1"].history
     assert svc.light_lead_s() == 0.0
     for latency in (0.009, 0.001, 0.005):
         history.append({"light_latency_s": latency, "plan": {"light": [(1, 4)]}})
     history.append({"light_latency_s": 9.0, "plan": {"light": []}})  # lit nothing: ignored
-    assert svc.light_lead_s() == 0.005, "median of 0.001, 0.005 and 0.009"
+    assert svc.light_lead_s() == pytest.approx(0.0025), "half the median of 1, 5 and 9 ms"
 
 
 def test_reconfigure_core_with_injected_clock_and_lead():
-    """reconfigure() itself: the wait ends delay - lead after the tear is confirmed."""
+    """reconfigure() itself: rounds, syncs, and the wait from the middle of the tear round."""
     fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
     svc = FabricService(fabric, tdf=2.0)
     core = svc.ocs["o1"]
     core.set_technology("custom", 3.0)
     events, ticks = [], iter(range(100))
     plan = core.plan(PARTIAL)
-    result = reconfigure(svc.eps, core, plan, lambda batch: events.append(sorted(batch)),
+    result = reconfigure(svc.eps, core, plan, lambda batch: events.append(list(batch)),
                          clock=lambda: float(next(ticks)),
                          wait_until=lambda t: events.append(("wait", t)),
                          sync=lambda: events.append("sync"), light_lead_s=0.002)
-    torn = result["timestamps"]["torn"]
-    assert events == [["s1", "s3"], ["o1"], "sync", ["s4"], ("wait", pytest.approx(torn + 0.004)),
+    stamps = result["timestamps"]
+    assert (stamps["tear_sent"], stamps["torn"]) == (2.0, 3.0)
+    assert events[1][0] == "o1", f"the tear goes out before the repoint: {events[1]}"
+    rounds = [sorted(e) if isinstance(e, list) else e for e in events]
+    assert rounds == [["s1", "s3"], ["o1", "s4"], "sync", ("wait", pytest.approx(2.504)),
                       ["o1"], "sync", ["s1", "s3"]], \
-        "moves, tear+sync, repoint, wait 3 ms x tdf 2 - 2 ms lead, light+sync, restore"
+        "moves; tear (OCS first) with the repoint, sync; wait from 2.5 for 3 ms x tdf 2 " \
+        "less the 2 ms lead; light, sync; restore"
     capped = reconfigure(svc.eps, core, core.plan(sorted(hybrid.circuit_set(fabric, "ring"))),
                          lambda batch: None, clock=time.time, wait_until=lambda t: None,
                          light_lead_s=99.0)
@@ -167,7 +179,7 @@ def test_reconfigure_core_with_injected_clock_and_lead():
 
 
 # ---------------------------------------------------------------- ordering
-def test_messages_go_moves_tear_repoint_light_restore(ring4):
+def test_messages_go_moves_then_tear_and_repoint_then_light_then_restore(ring4):
     custom(ring4, PARTIAL)
     labels = [classify(ring4, name, msg) for name, msg in ring4.journal]
     deletes = positions(labels, "ocs-delete")
@@ -179,14 +191,15 @@ def test_messages_go_moves_tear_repoint_light_restore(ring4):
     repoints = [i for i in modifies if deletes[-1] < i < adds[0]]
     restores = [i for i in modifies if i > adds[-1]]
     assert moves, f"no EPS route moved off the torn circuits before tearing: {labels}"
-    assert repoints, f"no stranded route repointed while dark: {labels}"
+    assert repoints, f"no stranded route repointed with the tear: {labels}"
     assert restores, f"no EPS route restored over the new circuits: {labels}"
     assert len(moves) + len(repoints) + len(restores) == len(modifies), \
         f"EPS groups changed in the middle of an OCS step: {labels}"
     eps_barriers = positions(labels, "eps-barrier")
     ocs_barriers = positions(labels, "ocs-barrier")
     assert any(moves[-1] < i < deletes[0] for i in eps_barriers), "moves not confirmed"
-    assert any(deletes[-1] < i < repoints[0] for i in ocs_barriers), "tear not confirmed"
+    assert any(deletes[-1] < i < repoints[0] for i in ocs_barriers), \
+        "the tear must be sent (with its barrier) before the repoint in the same round"
     assert any(repoints[-1] < i < adds[0] for i in eps_barriers), "repoint not confirmed"
     assert any(adds[-1] < i < restores[0] for i in ocs_barriers), "light not confirmed"
     switches = {phase: sorted({ring4.journal[i][0] for i in idx})
@@ -205,11 +218,11 @@ def test_kept_circuits_carry_traffic_at_every_step(ring4):
     assert snapshots
     for label, (src, dst), result in snapshots:
         stray = [f for f in result.failures if not f.startswith("dropped at o1")]
-        assert not stray, f"journal {label}: {src}->{dst} looped, was misdelivered or dropped at a " \
-                          f"packet switch: {stray}"
+        assert not stray, f"journal {label}: {src}->{dst} looped, was misdelivered or " \
+                          f"dropped at a packet switch: {stray}"
         if (src, dst) in kept_pairs:
-            assert not result.failures, f"journal {label}: {src}->{dst} lost a path although kept " \
-                                        f"circuits join them: {result.failures}"
+            assert not result.failures, f"journal {label}: {src}->{dst} lost a path although " \
+                                        f"kept circuits join them: {result.failures}"
 
 
 def test_ring_to_ring_reverse_keeps_routes_until_the_ocs_goes_dark(ring3):
@@ -259,7 +272,7 @@ def test_dataplane_sync_follows_the_tear_and_the_light():
     result = custom(bed, ring_reverse(bed))
     assert len(calls) == 2, f"expected one sync after the tear and one after the light: {calls}"
     (t_tear, seen_tear), (t_light, seen_light) = calls
-    assert seen_tear[-1] == "ocs-barrier" and "ocs-delete" in seen_tear \
+    assert seen_tear[-1].endswith("-barrier") and "ocs-delete" in seen_tear \
         and "ocs-add" not in seen_tear, f"first sync must follow the confirmed tear: {seen_tear}"
     assert seen_light[-1] == "ocs-barrier" and "ocs-add" in seen_light
     stamps = result["timestamps"]
