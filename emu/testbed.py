@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from controllers.control import ControlClient, ControlError
-from emu import ovs, state
+from emu import hostroutes, ovs, state
 from emu.scale import Scale
 from emu.waiting import wait_until
 from topologies.fabric import Fabric
@@ -245,7 +245,10 @@ class Testbed:
             self.warnings.append(f"{len(unshaped)} link(s) faster than {MININET_MAX_MBPS:g} "
                                  f"Mbit/s are left unshaped by Mininet: {', '.join(unshaped[:5])}")
             self.log("WARNING: " + self.warnings[-1])
-        self._static_arp()
+        if hostroutes.needs_host_routes(self.fabric):
+            self.refresh_host_routes()
+        else:
+            self._static_arp()
         self.build_s = time.monotonic() - started
         self.log(f"network built: {len(self.net.hosts)} hosts, {len(self.net.switches)} switches, "
                  f"{len(self.net.links)} links in {self.build_s:.1f} s")
@@ -279,6 +282,14 @@ class Testbed:
             intf = host.defaultIntf().name
             _run_batch(host, [f"ip neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
                               for ip, mac in entries if ip != host.IP()], "install static ARP")
+
+    def refresh_host_routes(self) -> None:
+        """Program forwarding GPUs (SiP-OCS) for the fabric's current circuits."""
+        def mac_of(host, port):
+            return self.net.get(host).intf(f"{host}-eth{port}").MAC()
+
+        for host, commands in hostroutes.host_route_commands(self.fabric, mac_of).items():
+            _run_batch(self.net.get(host), commands, "program host routes")
 
     def _wait_ready(self) -> None:
         def ready():

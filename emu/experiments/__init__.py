@@ -1,10 +1,11 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
-from emu.experiments import allreduce, cost, fabrics, ocs_reconfig
+from emu.experiments import allreduce, cost, fabrics, ocs_reconfig, pd_calc
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
     "allreduce": allreduce,
     "cost": cost,
     "fabrics": fabrics,
+    "pd-calc": pd_calc,
 }

@@ -24,7 +24,8 @@ def result_of(folder):
 def test_list_shows_each_kind_on_one_line(capsys):
     assert run.main(["--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in lines] == ["allreduce", "cost", "fabrics", "ocs-reconfig"]
+    names = [line.split()[0] for line in lines]
+    assert names == sorted(names) and {"allreduce", "cost", "fabrics", "ocs-reconfig"} <= set(names)
     by = {line.split()[0]: line for line in lines}
     assert "Table 6" in by["cost"] and "no emulation" in by["fabrics"]
 

@@ -1,0 +1,131 @@
+"""Every fabric of the library, materialised in Mininet at emulated scale.
+
+For each: all pairs reach each other, the select groups installed in OVS are
+the ECMP next hops the fabric computes, and a ping stream between two
+far-apart hosts leaves only by ports on the computed shortest paths.
+"""
+
+from __future__ import annotations
+
+import re
+
+import networkx as nx
+import pytest
+
+from emu.experiments.base import host_gbps
+from emu.scale import Scale
+from emu.testbed import Testbed
+from tests.integration.utils import assert_no_leftovers
+from topologies import registry, routing
+from topologies.fabric import EPS, HOST, OCS
+
+pytestmark = pytest.mark.require_root
+
+FABRICS = sorted(registry.BUILDERS)
+PINGS = 200
+
+
+def installed_groups(bed, switch: str):
+    """group id -> output ports of an EPS switch's select groups, from OVS itself."""
+    out = bed.net.get("fe" + switch).cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-groups fe{switch}")
+    groups = {}
+    for line in out.splitlines():
+        match = re.search(r"group_id=(\d+),type=select(.*)", line)
+        if match:
+            groups[int(match.group(1))] = tuple(sorted(
+                int(p) for p in re.findall(r"actions=output:(\d+)", match.group(2))))
+    return groups
+
+
+def port_tx(bed, switch: str):
+    out = bed.net.get("fe" + switch).cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-ports fe{switch}")
+    counts, port = {}, None
+    for line in out.splitlines():
+        head = re.match(r"\s*port\s+(\d+|LOCAL):", line)
+        if head:
+            port = head.group(1)
+        tx = re.search(r"tx pkts=(\d+)", line)
+        if tx and port is not None and port != "LOCAL":
+            counts[int(port)] = int(tx.group(1))
+    return counts
+
+
+def shortest_paths(fabric, src, dst):
+    logical = fabric.logical_graph()
+    transit = bool(fabric.params.get("transit_hosts"))
+    allowed = logical if transit else logical.subgraph(
+        n for n, d in logical.nodes(data=True) if d["kind"] != HOST or n in (src, dst))
+    return logical, list(nx.all_shortest_paths(allowed, src, dst))
+
+
+def expected_out_ports(fabric, src, dst):
+    """(switch, port) pairs a packet src -> dst may leave by on a shortest path."""
+    logical, paths = shortest_paths(fabric, src, dst)
+    allowed = set()
+    for path in paths:
+        for u, v in zip(path, path[1:]):
+            for data in logical[u][v].values():
+                if fabric.kind(u) == EPS:
+                    allowed.add((u, data["ports"][u]))
+                if "ocs" in data:  # a circuit: the OCS sends it out of the far port
+                    a, b = data["circuit"]
+                    wired = fabric.ports_of(data["ocs"])
+                    far = a if wired[a][0] == v and wired[a][1] == data["ports"][v] else b
+                    allowed.add((data["ocs"], far))
+    return allowed, paths
+
+
+def connected_host_sets(fabric):
+    logical = fabric.logical_graph()
+    return [sorted((h for h in c if logical.nodes[h]["kind"] == HOST),
+                   key=lambda h: fabric.graph.nodes[h]["index"])
+            for c in nx.connected_components(logical)]
+
+
+def far_apart_pair(fabric):
+    logical = fabric.logical_graph()
+    src = fabric.hosts[0]
+    lengths = nx.single_source_shortest_path_length(logical, src)
+    dst = max((h for h in fabric.hosts if h != src and h in lengths), key=lambda h: lengths[h])
+    return src, dst
+
+
+@pytest.mark.parametrize("name", FABRICS)
+def test_fabric_reachability_and_routes(name, tmp_path):
+    fabric = registry.build(name)
+    scale = Scale.from_rates(host_gbps(fabric), 20)
+    with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None) as bed:
+        # Some fabrics are several networks on purpose (HPN's two planes):
+        # every pair the fabric connects must reach, pair by pair.
+        for component in connected_host_sets(fabric):
+            loss = bed.net.ping([bed.net.get(h) for h in component], timeout=2)
+            assert loss == 0, f"{name}: ping among {component[0]}..{component[-1]} lost {loss}%"
+
+        table = routing.next_hops(fabric.logical_graph(),
+                                  transit_hosts=bool(fabric.params.get("transit_hosts")))
+        for switch in fabric.eps_switches:
+            groups = installed_groups(bed, switch)
+            for host in fabric.hosts:
+                gid = fabric.graph.nodes[host]["index"]
+                assert groups.get(gid) == table[switch].get(host, ()), \
+                    f"{name}: {switch} -> {host}: OVS has {groups.get(gid)}, " \
+                    f"fabric computes {table[switch].get(host)}"
+
+        src, dst = far_apart_pair(fabric)
+        forward, paths = expected_out_ports(fabric, src, dst)
+        backward, _ = expected_out_ports(fabric, dst, src)
+        switches = fabric.eps_switches + fabric.ocs_switches
+        before = {s: port_tx(bed, s) for s in switches}
+        target = fabric.graph.nodes[dst]["ip"]
+        out = bed.host(src).cmd(f"ping -c {PINGS} -i 0.005 -q {target}")
+        assert f"{PINGS} received" in out, f"{name}: {src} -> {dst}:\n{out}"
+        after = {s: port_tx(bed, s) for s in switches}
+    busy = {(s, p) for s in switches for p, n in after[s].items()
+            if n - before[s].get(p, 0) >= PINGS * 0.9}
+    stray = busy - forward - backward
+    assert not stray, f"{name}: traffic {src} <-> {dst} left by {sorted(stray)}, " \
+                      f"off the computed paths {paths}"
+    hops_on_paths = {(s, p) for s, p in forward if fabric.kind(s) in (EPS, OCS)}
+    assert not hops_on_paths or busy & hops_on_paths, \
+        f"{name}: no computed hop carried the pings {src} -> {dst}: {paths}"
+    assert_no_leftovers()

@@ -1,0 +1,328 @@
+"""An RL iteration as replayable phases: flow DAGs on hosts, laid out in time.
+
+`build_phases` maps the communication of `traffic.workload.build_iteration`
+onto fabric hosts (`traffic.ranks.RankMap`) and builds one `Phase` per
+Table 1 type present: its kind, its reconfiguration window class (Table 1),
+its planned start, the phases it waits for, and a `FlowDag` made with
+`traffic.collectives`.  Everything is in emulated units (`emu.scale.Scale`):
+bytes x ``bw_factor`` x ``tdf``, times x ``tdf``.
+
+One-step asynchronous layout of an iteration (Figure 1(c)), real seconds
+from `ComputeTimes`, then dilated::
+
+    0 ............................... train_s   ... +optimizer_s
+    | Train(i): train-tp/pp/cp/ep ops spread |train-dp|          |
+    | Gen(i+1): gen-tp/ep/pd/af ops spread over gen_s ..........| weight-sync |
+    |     response: one message per finished sequence ..........|             |
+
+* Train-side phases start at 0 with their operations spread over
+  ``train_s`` (compute between operations); ``train-dp`` starts when they
+  are done and not before ``train_s``.
+* Gen-side phases start at 0, spread over ``gen_s``; ``response`` starts
+  once the first share of the batch is generated.
+* ``weight-sync`` waits for every other phase, and for ``optimizer_s``
+  after the DP all-reduce; the iteration ends with it.
+
+Replaying every operation is out of reach (Gen TP alone is 2L x r
+all-reduces), so each spec's ``ops`` are coalesced into at most ``max_ops``
+replayed operations of proportionally more bytes: the phase's volume and
+its links' loads are kept, per-operation latency is not.  Traffic inside a
+server's HBD, or between ranks folded onto one host, is not replayed; its
+real bytes are listed in `Schedule.off_network`.  Folding approximations:
+a group's ranks on one host count as one member; groups that land on the
+same hosts are replayed once with their bytes added.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+
+from emu.scale import Scale
+from traffic import collectives as coll
+from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, Transfers,
+                           WeightSync)
+from traffic.flows import Flow, FlowDag, ring_allreduce
+from traffic.ranks import RankMap
+from traffic.workload import TABLE1, Iteration
+
+TRAIN_SIDE = ("train-tp", "train-pp", "train-cp", "train-ep")
+GEN_SIDE = ("gen-tp", "gen-ep", "gen-pd", "gen-af", "response")
+PodOf = Callable[[str], Hashable]
+
+
+@dataclass
+class Phase:
+    name: str
+    kind: str
+    stage: str                   # train, gen, inter (Table 1)
+    window: str                  # Small, Medium, Large (Table 1)
+    start_s: float               # planned offset from the iteration's start, emulated s
+    dag: FlowDag
+    after: Tuple[str, ...] = ()  # phases that must have ended first
+    ops: int = 1                 # replayed operations per spec
+    ops_real: int = 1            # real operations per iteration (largest spec)
+    span_s: float = 0.0          # compute the operations are spread over, emulated s
+    real_bytes: float = 0.0      # network bytes per iteration, real
+    ideal_s: float = 0.0         # DAG critical path at the emulated link rate
+
+    @property
+    def planned_end_s(self) -> float:
+        return self.start_s + self.ideal_s
+
+    def pairs(self) -> List[Tuple[str, str, int]]:
+        """(src, dst, bytes) of the DAG, summed per host pair."""
+        total: Dict[Tuple[str, str], int] = OrderedDict()
+        for f in self.dag.flows:
+            total[f.src, f.dst] = total.get((f.src, f.dst), 0) + f.bytes
+        return [(s, d, b) for (s, d), b in total.items()]
+
+    def hosts(self) -> List[str]:
+        return sorted({h for f in self.dag.flows for h in (f.src, f.dst)})
+
+
+@dataclass
+class Schedule:
+    phases: List[Phase]
+    scale: Scale
+    off_network: Dict[str, float] = field(default_factory=dict)   # kind -> real bytes
+    iteration_s: float = 0.0     # planned, emulated
+
+    def phase(self, name: str) -> Phase:
+        for phase in self.phases:
+            if phase.name == name:
+                return phase
+        raise KeyError(f"no phase {name!r}; phases: {[p.name for p in self.phases]}")
+
+    def names(self) -> List[str]:
+        return [p.name for p in self.phases]
+
+
+# ---------------------------------------------------------------- rank -> host
+def _hosts(ranks: Sequence[int], rank_map: RankMap) -> List[str]:
+    seen: List[str] = []
+    for rank in ranks:
+        if rank_map.host(rank) not in seen:
+            seen.append(rank_map.host(rank))
+    return seen
+
+
+def _networked(ranks: Sequence[int], rank_map: RankMap) -> bool:
+    return any(rank_map.on_network(a, b) for a in ranks for b in ranks if a < b)
+
+
+def _pair_bytes(items, rank_map: RankMap) -> Dict[Tuple[str, str], float]:
+    total: Dict[Tuple[str, str], float] = OrderedDict()
+    for src, dst, size in items:
+        if rank_map.on_network(src, dst):
+            key = (rank_map.host(src), rank_map.host(dst))
+            total[key] = total.get(key, 0.0) + size
+    return total
+
+
+def _by_pod(hosts: Sequence[str], pod_of: Optional[PodOf]) -> Optional[List[List[str]]]:
+    """Hosts split by PoD if they span >= 2 PoDs in equal numbers."""
+    if pod_of is None:
+        return None
+    pods: Dict[Hashable, List[str]] = OrderedDict()
+    for host in hosts:
+        pods.setdefault(pod_of(host), []).append(host)
+    sizes = {len(p) for p in pods.values()}
+    return list(pods.values()) if len(pods) > 1 and len(sizes) == 1 else None
+
+
+# ---------------------------------------------------------------- one operation
+class _Builder:
+    """Builds one replayed operation of a spec as a DAG on hosts."""
+
+    def __init__(self, rank_map: RankMap, scale: Scale, pod_of: Optional[PodOf],
+                 chunks: int):
+        self.rank_map, self.scale, self.pod_of, self.chunks = rank_map, scale, pod_of, chunks
+
+    def emu(self, real: float) -> int:
+        return self.scale.emu_bytes(real)
+
+    def build(self, comm: Comm, factor: float, prefix: str, start: Tuple[str, ...],
+              micro_batches: int = 1, compute_s: float = 0.0) -> List[FlowDag]:
+        method = getattr(self, f"_{type(comm).__name__.lower()}")
+        return method(comm, factor, prefix, start, micro_batches, compute_s)
+
+    def _allreduce(self, comm: AllReduce, factor, prefix, start, *_):
+        rings: Dict[Tuple[str, ...], int] = OrderedDict()
+        for group in comm.groups:
+            hosts = tuple(_hosts(group, self.rank_map))
+            if len(hosts) > 1 and _networked(group, self.rank_map):
+                rings[hosts] = rings.get(hosts, 0) + 1
+        dags = []
+        for g, (hosts, count) in enumerate(rings.items()):
+            size, name = self.emu(comm.bytes * factor * count), f"{prefix}-g{g}"
+            pods = _by_pod(hosts, self.pod_of)
+            if pods:
+                dags.append(coll.hierarchical_allreduce(pods, size, name, start))
+            else:
+                dags.append(ring_allreduce(list(hosts), size, name, start))
+        return dags
+
+    def _alltoall(self, comm: AllToAll, factor, prefix, start, *_):
+        groups: Dict[Tuple[str, ...], Dict] = OrderedDict()
+        for group in comm.groups:
+            items = [(a, b, comm.bytes / len(group)) for a in group for b in group if a != b]
+            pairs = _pair_bytes(items, self.rank_map)
+            if pairs:
+                merged = groups.setdefault(tuple(_hosts(group, self.rank_map)), {})
+                for key, size in pairs.items():
+                    merged[key] = merged.get(key, 0.0) + size
+        return [coll.all_to_all(list(hosts), {k: self.emu(v * factor) for k, v in pairs.items()},
+                                f"{prefix}-g{g}", start)
+                for g, (hosts, pairs) in enumerate(groups.items())]
+
+    def _pipeline(self, comm: Pipeline, factor, prefix, start, micro_batches, compute_s):
+        chains: Dict[Tuple[str, ...], int] = OrderedDict()
+        for chain in comm.chains:
+            hops = [chain[0]]
+            for rank in chain[1:]:
+                if self.rank_map.on_network(hops[-1], rank):
+                    hops.append(rank)
+            hosts = tuple(_hosts(hops, self.rank_map))
+            if len(hosts) > 1:
+                chains[hosts] = chains.get(hosts, 0) + 1
+        return [coll.pipeline_p2p([[h] for h in hosts], self.emu(comm.bytes * factor * count),
+                                  micro_batches, f"{prefix}-g{g}", start, comm.backward,
+                                  compute_s)
+                for g, (hosts, count) in enumerate(chains.items())]
+
+    def _bipartite(self, comm: Bipartite, factor, prefix, start, *_):
+        dags = []
+        for g, (senders, receivers) in enumerate(comm.pairs):
+            items = [(a, b, comm.bytes) for a in senders for b in receivers if a != b]
+            pairs = _pair_bytes(items, self.rank_map)
+            if pairs:
+                dags.append(coll.m2n(_hosts(senders, self.rank_map),
+                                     _hosts(receivers, self.rank_map),
+                                     {k: self.emu(v * factor) for k, v in pairs.items()},
+                                     f"{prefix}-g{g}", start, comm.combine))
+        return dags
+
+    def _transfers(self, comm: Transfers, factor, prefix, start, *_):
+        pairs = _pair_bytes(comm.transfers(), self.rank_map)
+        if not pairs:
+            return []
+        return [coll.point_to_point([(s, d, self.emu(b * factor)) for (s, d), b in pairs.items()],
+                                    prefix, start)]
+
+    def _weightsync(self, comm: WeightSync, factor, prefix, start, *_):
+        stage1 = [(s, d, self.emu(b * factor))
+                  for (s, d), b in _pair_bytes(comm.stage1, self.rank_map).items()]
+        trees: Dict[Tuple[str, Tuple[str, ...]], float] = OrderedDict()
+        for root, members, size in comm.trees:
+            far = [m for m in members if self.rank_map.on_network(root, m)]
+            hosts = tuple(h for h in _hosts(far, self.rank_map)
+                          if h != self.rank_map.host(root))
+            if hosts:
+                key = (self.rank_map.host(root), hosts)
+                trees[key] = trees.get(key, 0.0) + size
+        if not stage1 and not trees:
+            return []
+        return [coll.two_stage_broadcast(
+            stage1, [(root, list(members), self.emu(size * factor))
+                     for (root, members), size in trees.items()],
+            comm.fanout, self.chunks, prefix, start)]
+
+
+def _with_gap(dag: FlowDag, start: Tuple[str, ...], gap: float) -> FlowDag:
+    """Entry flows of a chained operation wait ``gap`` (compute) after ``start``."""
+    if not gap or not start:
+        return dag
+    entry = set(start)
+    flows = [dataclasses.replace(f, at_s=f.at_s + gap) if f.after and set(f.after) <= entry
+             else f for f in dag.flows]
+    return FlowDag(flows, external=dag.external)
+
+
+def _chain(builder: _Builder, comm: Comm, name: str, index: int, max_ops: int,
+           span_s: float) -> Tuple[List[Flow], int]:
+    """The spec's operations as a chain of at most ``max_ops`` replayed ones."""
+    replayed = max(1, min(comm.ops, max_ops))
+    factor = comm.ops / replayed
+    prefix = f"{name}-c{index}"
+    if isinstance(comm, Pipeline):
+        stages = max(len(c) for c in comm.chains)
+        compute = span_s / (2 * (replayed + stages - 2)) if span_s else 0.0
+        dags = builder.build(comm, factor, prefix, (), replayed, compute)
+        return [f for d in dags for f in d.flows], replayed
+    gap = span_s / replayed if span_s else 0.0
+    flows: List[Flow] = []
+    start: Tuple[str, ...] = ()
+    for op in range(replayed):
+        dags = builder.build(comm, factor, f"{prefix}-o{op}", start)
+        if not dags:
+            return [], replayed
+        dags = [_with_gap(d, start, gap) for d in dags]
+        flows += [f for d in dags for f in d.flows]
+        start = tuple(fid for d in dags for fid in coll.sinks(d))
+    return flows, replayed
+
+
+# ---------------------------------------------------------------- the schedule
+def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale(),
+                 max_ops: int = 4, link_gbps: float = 400.0, pod_of: Optional[PodOf] = None,
+                 chunks: int = 1, spans: Optional[Mapping[str, float]] = None) -> Schedule:
+    """Phases of one iteration in emulated units (see the module docstring).
+
+    ``pod_of(host)`` makes DP all-reduces that span PoDs hierarchical
+    (`collectives.hierarchical_allreduce`); ``chunks`` pipelines the weight
+    sync's broadcast trees; ``link_gbps`` (real) sets ``Phase.ideal_s``;
+    ``spans`` gives a phase kind its own compute span in real seconds (the
+    time its operations are spread over; default ``train_s`` for the Train
+    side, ``gen_s`` for the Gen side, 0 for ``train-dp`` and the sync).
+    """
+    if max_ops < 1:
+        raise ValueError(f"max_ops must be >= 1, got {max_ops}")
+    spans = dict(spans or {})
+    unknown = sorted(set(spans) - set(TABLE1))
+    if unknown:
+        raise ValueError(f"spans: unknown phase kinds {unknown}; allowed: {sorted(TABLE1)}")
+    cfg = iteration.config
+    builder = _Builder(rank_map, scale, pod_of, chunks)
+    rate_bps = scale.emu_mbps(link_gbps) * 1e6
+    train_s, gen_s = scale.emu_seconds(cfg.compute.train_s), scale.emu_seconds(cfg.compute.gen_s)
+    phases: Dict[str, Phase] = OrderedDict()
+    off: Dict[str, float] = OrderedDict()
+
+    def make(kind: str, start_s: float, span_s: float, after=()) -> None:
+        if kind in spans:
+            span_s = scale.emu_seconds(spans[kind])
+        comms = iteration.of_kind(kind)
+        flows, replayed = [], 1
+        for index, comm in enumerate(comms):
+            chain, replayed_here = _chain(builder, comm, kind, index, max_ops, span_s)
+            flows += chain
+            replayed = max(replayed, replayed_here)
+        total = sum(c.ops * c.bytes_per_op() for c in comms)
+        networked = sum(c.network_bytes(rank_map) for c in comms)
+        if total - networked > 0:
+            off[kind] = total - networked
+        if not flows:
+            return
+        dag = FlowDag([dataclasses.replace(f, group=kind) for f in flows])
+        ideal = max(dag.ideal_finish_s(rate_bps).values())
+        first = span_s / replayed if kind == "response" else 0.0
+        phases[kind] = Phase(kind, kind, TABLE1[kind].stage, TABLE1[kind].window,
+                             start_s + first, dag, tuple(a for a in after if a in phases),
+                             replayed, max(c.ops for c in comms), span_s, networked, ideal)
+
+    for kind in TRAIN_SIDE:
+        make(kind, 0.0, train_s)
+    for kind in GEN_SIDE:
+        make(kind, 0.0, gen_s)
+    train_end = max([train_s] + [phases[k].planned_end_s for k in TRAIN_SIDE if k in phases])
+    make("train-dp", train_end, 0.0, TRAIN_SIDE)
+    ready = (phases["train-dp"].planned_end_s if "train-dp" in phases else train_end)
+    ready += scale.emu_seconds(cfg.compute.optimizer_s)
+    ready = max([ready] + [phases[k].planned_end_s for k in GEN_SIDE if k in phases])
+    make("weight-sync", ready, 0.0, tuple(phases))
+    ordered = sorted(phases.values(), key=lambda p: (p.start_s, list(phases).index(p.name)))
+    end = max((p.planned_end_s for p in ordered), default=0.0)
+    return Schedule(ordered, scale, dict(off), end)
