@@ -1,4 +1,4 @@
-"""Turn a run's results folder into ``report.md`` and PNG plots.
+"""Turn a run's results folder into ``report.md``, ``report.html`` and PNG plots.
 
 The emulation only writes raw results; this module reads them back, so a
 report can be regenerated (or improved) without running anything again::
@@ -55,7 +55,11 @@ since ``timeline.t0``, Mbit/s; ``status`` is e.g. ``ok`` or ``failed``).
 Output
 ------
 ``report.md``, ``timeline.png`` (throughput per series over time, dark
-windows shaded) and, when ``steps`` is present, ``steps.png``.
+windows shaded) and, when ``steps`` is present, ``steps.png``; then
+``report.html``, the same report as one self-contained page with the plots
+embedded (see emu.report_html).  The report opens with what was run
+(scenario, fabric, scale, datapath, versions), then the fidelity warnings,
+the headline metrics, the plots, the flows and the run's files.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from emu.report_html import HTML_FILE, write_html
 from emu.scale import Scale, format_quantity
 
 RESULT_FILE = "result.json"
@@ -659,15 +664,20 @@ def _flows_section(flows: Optional[List[FlowRow]], scale: Scale) -> List[str]:
     return lines
 
 
-def _files_section(run_dir: Path, plots: List[Path]) -> List[str]:
-    lines = ["## Plots and files", ""]
+def _plots_section(plots: List[Path]) -> List[str]:
+    lines = ["## Plots", ""]
     for plot in plots:
         name = plot.name
         lines += [f"![{name}]({_link(name)})", ""]
+    return lines[:-1]
+
+
+def _files_section(run_dir: Path, plots: List[Path]) -> List[str]:
+    lines = ["## Files", ""]
     captures, others = [], []
     for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
         relative = path.relative_to(run_dir).as_posix()
-        if relative == REPORT_FILE or path in plots:
+        if relative in (REPORT_FILE, HTML_FILE) or path in plots:
             continue
         if relative.lower().endswith(CAPTURE_SUFFIXES):
             captures.append((relative, path.stat().st_size))
@@ -697,8 +707,9 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
     lines += ["All figures name their unit; *emulated* values were measured "
               "on the testbed, *real* ones map them back to the modelled "
               "fabric through the scale factors below.", ""]
-    lines += _fidelity_section(result) + [""]
+    # What was run first, then what may invalidate it, then the figures.
     lines += _run_section(result, scale) + [""]
+    lines += _fidelity_section(result) + [""]
     lines += _metrics_section(result, scale) + [""]
     steps = result.get("steps") or []
     if steps:
@@ -706,13 +717,17 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
         lines += ["## Steps", "",
                   f"{len(steps)} steps, {scale.format_seconds(total)} in total"
                   f" (plot: [{STEPS_PNG}]({STEPS_PNG})).", ""]
+    lines += _plots_section(plots) + [""]
     lines += _flows_section(flows, scale) + [""]
     lines += _files_section(run_dir, plots)
     return "\n".join(lines).rstrip() + "\n"
 
 
 def write_report(run_dir) -> List[Path]:
-    """Write report.md, timeline.png and (with steps) steps.png; return their paths."""
+    """Write report.md, timeline.png, (with steps) steps.png and report.html.
+
+    Returns their paths, report.md first and report.html last.
+    """
     run_dir = Path(run_dir)
     result = load_result(run_dir)
     scale = scale_of(result, run_dir / RESULT_FILE)
@@ -721,14 +736,16 @@ def write_report(run_dir) -> List[Path]:
     if result.get("steps"):
         plots.append(plot_steps(result, run_dir / STEPS_PNG, scale))
     report = run_dir / REPORT_FILE
-    report.write_text(render_markdown(result, flows, scale, run_dir, plots))
-    return [report] + plots
+    report.write_text(render_markdown(result, flows, scale, run_dir, plots),
+                      encoding="utf-8")
+    return [report] + plots + [write_html(run_dir)]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m emu.report",
-        description="Write report.md and PNG plots for a results folder.")
+        description="Write report.md, report.html and PNG plots for a "
+                    "results folder.")
     parser.add_argument("run_dir", help="folder holding result.json (and flows.csv)")
     arguments = parser.parse_args(argv)
     try:

@@ -38,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a scenario key (section.key=value, or key=value "
                              "when unique); lists as a,b,c")
+    parser.add_argument("--cli", action="store_true",
+                        help="open the Mininet CLI with fabric commands on the scenario's "
+                             "fabric instead of running the scenario")
+    parser.add_argument("--cli-script", metavar="FILE",
+                        help="with --cli: run the commands of FILE, then exit")
     return parser
 
 
@@ -60,15 +65,47 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ScenarioError as exc:
         print(f"emu.run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.cli_script and not Path(args.cli_script).is_file():
+        print(f"emu.run: --cli-script {args.cli_script}: no such file", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.check:
         print(f"{scenario.where}: ok ({scenario.kind})")
         return 0
     experiment = scenario.experiment
+    if args.cli and not experiment.NEEDS_EMULATION:
+        print(f"emu.run: scenario {scenario.name!r} builds no network; --cli needs one "
+              "(try ocs-reconfig or allreduce)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if experiment.NEEDS_EMULATION and os.geteuid() != 0:
         print(f"emu.run: scenario {scenario.name!r} builds a network and needs root: "
               f"sudo {sys.executable} -m emu.run {args.scenario}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.cli:
+        return lab(scenario, Path(args.out), args.cli_script)
     return execute(scenario, Path(args.out))
+
+
+def lab(scenario, out: Path, script: Optional[str]) -> int:
+    """The scenario's fabric with its controller, driven from the CLI."""
+    from mininet.log import setLogLevel
+
+    from emu.cli import FabricCLI
+    from emu.testbed import Testbed
+
+    fabric = build_fabric(scenario)
+    scale = scale_for(scenario, fabric)
+    run_dir = results.new_run_dir(out, f"{scenario.name}-cli")
+    try:
+        with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli") as bed:
+            setLogLevel("output")  # Mininet's own commands print at this level
+            print(f"{fabric.name}: {len(fabric.hosts)} hosts; type help, or exit to leave")
+            FabricCLI(bed, script=script)
+    except AlreadyRunning as exc:
+        print(f"emu.run: {exc}", file=sys.stderr)
+        return EXIT_BUSY
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0
 
 
 def execute(scenario, out: Path) -> int:

@@ -54,46 +54,61 @@ def serve(results_dir: str) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     selector = selectors.DefaultSelector()
-    selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
     selector.register(wake_r, selectors.EVENT_READ, "child")
     _emit({"event": "ready"})
+    # Read stdin through the raw descriptor: a buffered readline() could pull
+    # several commands into Python's buffer, where select() no longer sees
+    # them, and an "arm" followed at once by "go" would wait forever.
+    stdin_fd, pending = sys.stdin.fileno(), b""
     while True:
         for key, _ in selector.select():
             if key.data == "child":
                 os.read(wake_r, 4096)
                 _reap(children, results_dir)
                 continue
-            line = sys.stdin.readline()
-            if not line:
+            chunk = os.read(stdin_fd, 65536)
+            if not chunk:
                 return 0
-            command = json.loads(line)
-            op = command["op"]
-            if op == "quit":
-                return 0
-            if op == "arm":
-                flow_id = command["id"]
-                go_r, go_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # the child: never returns into the agent's loop
-                    code = 0
-                    try:
-                        os.close(go_w)
-                        signal.set_wakeup_fd(-1)
-                        _child(ClientSpec(**command["spec"]),
-                               go_r, os.path.join(results_dir, f"{flow_id}.json"))
-                    except BaseException:
-                        code = 1
-                    finally:
-                        os._exit(code)
-                os.close(go_r)
-                go_pipes[flow_id] = go_w
-                children[pid] = flow_id
-                _emit({"event": "armed", "id": flow_id, "pid": pid})
-            elif op == "go":
-                fd = go_pipes.pop(command["id"])
-                os.write(fd, b"g")
-                os.close(fd)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.strip() and not _command(json.loads(line), go_pipes, children,
+                                                 results_dir):
+                    return 0
         _reap(children, results_dir)
+
+
+def _command(command: dict, go_pipes: Dict[str, int], children: Dict[int, str],
+             results_dir: str) -> bool:
+    """Carry out one command; False means quit."""
+    op = command["op"]
+    if op == "quit":
+        return False
+    if op == "arm":
+        flow_id = command["id"]
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the agent's loop
+            code = 0
+            try:
+                os.close(go_w)
+                signal.set_wakeup_fd(-1)
+                _child(ClientSpec(**command["spec"]),
+                       go_r, os.path.join(results_dir, f"{flow_id}.json"))
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(go_r)
+        go_pipes[flow_id] = go_w
+        children[pid] = flow_id
+        _emit({"event": "armed", "id": flow_id, "pid": pid})
+    elif op == "go":
+        fd = go_pipes.pop(command["id"])
+        os.write(fd, b"g")
+        os.close(fd)
+    return True
 
 
 def _reap(children: Dict[int, str], results_dir: str) -> None:

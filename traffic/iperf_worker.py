@@ -35,9 +35,17 @@ CONNECT_RETRIES = 100
 CONNECT_RETRY_S = 0.02
 
 
+SERVER_READY = "Server listening"
+
+
 def server_command(bind_ip: str, port: int) -> List[str]:
-    """A one-off iperf3 server: serves exactly one test, then exits."""
-    return ["iperf3", "--server", "--one-off", "--bind", bind_ip, "--port", str(port)]
+    """A one-off iperf3 server: serves exactly one test, then exits.
+
+    ``--forceflush`` makes it print SERVER_READY at once even into a pipe, so
+    a client is started only once the server listens.
+    """
+    return ["iperf3", "--server", "--one-off", "--forceflush", "--bind", bind_ip,
+            "--port", str(port)]
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional
 
 from emu import state
 from traffic.flows import Flow, FlowDag
-from traffic.iperf_worker import ClientSpec, server_command
+from traffic.iperf_worker import SERVER_READY, ClientSpec, server_command
 
 BASE_PORT = 5201
 MIN_FLOW_TIMEOUT_S = 30.0
@@ -103,6 +103,22 @@ class HostAgent:
                 self.proc.wait(timeout=5)
 
 
+def start_server(bed, host: str, ip: str, port: int, name: str, on_ready) -> subprocess.Popen:
+    """A one-off iperf3 server; ``on_ready()`` is called once it listens."""
+    server = bed.popen(host, server_command(ip, port), f"iperf3 server {name}",
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def watch():
+        told = False
+        for line in server.stdout:  # read to the end, so the server never blocks on output
+            if not told and SERVER_READY in line:
+                told = True
+                on_ready()
+
+    threading.Thread(target=watch, daemon=True).start()
+    return server
+
+
 def reap(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -148,7 +164,7 @@ class Replayer:
         agents = {host: HostAgent(self.bed, host, self.work_dir, events)
                   for host in sorted({f.dst for f in flows.values()})}
         servers: Dict[str, subprocess.Popen] = {}
-        armed, fired, done = set(), {}, set()
+        armed, fired, done, listening = set(), {}, set(), set()
         try:
             for agent in agents.values():
                 if not agent.ready.wait(AGENT_START_TIMEOUT_S):
@@ -158,9 +174,9 @@ class Replayer:
             def arm(fid: str) -> None:
                 flow = flows[fid]
                 port = self._next_port(flow.src)
-                servers[fid] = self.bed.popen(flow.src, server_command(self._ip(flow.src), port),
-                                              f"iperf3 server {fid}", stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL)
+                servers[fid] = start_server(
+                    self.bed, flow.src, self._ip(flow.src), port, fid,
+                    lambda: events.put({"event": "listening", "id": fid}))
                 spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
                                   reverse=True, rate_mbps=flow.rate_mbps or 0.0)
                 agents[flow.dst].send({"op": "arm", "id": fid, "spec": asdict(spec)})
@@ -176,7 +192,8 @@ class Replayer:
                 next_start = None
                 for fid in order:
                     flow = flows[fid]
-                    if fid in fired or fid not in armed or not all(d in done for d in flow.after):
+                    if fid in fired or fid not in listening or \
+                            not all(d in done for d in flow.after):
                         continue
                     ready_at = max([results[d].end for d in flow.after] or [self.t0]) + flow.at_s
                     if now >= ready_at:
@@ -190,7 +207,10 @@ class Replayer:
                 except queue.Empty:
                     event = None
                 while event is not None:
-                    self._on_event(event, results, done)
+                    if event["event"] == "listening":
+                        listening.add(event["id"])
+                    else:
+                        self._on_event(event, results, done)
                     try:
                         event = events.get_nowait()
                     except queue.Empty:
@@ -239,8 +259,11 @@ class Stream:
                  pacing_us: int = 0, name: str = "stream"):
         self.name = name
         ip = bed.fabric.graph.nodes[dst]["ip"]
-        self.server = bed.popen(dst, server_command(ip, port), f"iperf3 server {name}",
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        listening = threading.Event()
+        self.server = start_server(bed, dst, ip, port, name, listening.set)
+        if not listening.wait(AGENT_START_TIMEOUT_S):
+            reap(self.server)
+            raise RuntimeError(f"iperf3 server for {name} on {dst} did not start listening")
         args = [sys.executable, "-m", "traffic.iperf_worker", "--dst", ip, "--port", str(port),
                 "--duration", str(max(1, int(round(duration_s))))]
         if udp:

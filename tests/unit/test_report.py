@@ -106,8 +106,9 @@ def test_writes_report_and_valid_pngs(tmp_path):
     (run / "captures").mkdir()
     (run / "captures" / "h2-eth0.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + bytes(20))
     written = write_report(run)
-    assert [p.name for p in written] == ["report.md", "timeline.png", "steps.png"]
-    for png in written[1:]:
+    assert [p.name for p in written] == ["report.md", "timeline.png", "steps.png",
+                                         "report.html"]
+    for png in written[1:-1]:
         assert png.read_bytes()[:8] == PNG_SIGNATURE
         assert png.stat().st_size > 10_000
     report = (run / "report.md").read_text()
@@ -149,7 +150,7 @@ def test_writes_report_and_valid_pngs(tmp_path):
 def test_minimal_result_still_reports(tmp_path):
     run = write_run(tmp_path / "bare", result={"scenario": "smoke"}, flows=None)
     written = write_report(run)
-    assert [p.name for p in written] == ["report.md", "timeline.png"]
+    assert [p.name for p in written] == ["report.md", "timeline.png", "report.html"]
     assert written[1].read_bytes()[:8] == PNG_SIGNATURE
     report = written[0].read_text()
     assert "# Run report: smoke" in report

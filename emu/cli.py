@@ -1,0 +1,251 @@
+"""The interactive lab: Mininet's CLI on a scenario's fabric, plus fabric commands.
+
+    sudo .venv/bin/python -m emu.run ocs-reconfig --cli
+
+Every Mininet command works (``pingall``, ``h1 ping h2``, ``iperf``...), and:
+
+    ocs                          list the OCS, their circuits and technology
+    ocs set OCS a-b c-d ...      reconfigure, with the injected delay
+    ocs preset OCS NAME [MS]     change the technology (NAME custom takes MS)
+    fabric                       the fabric's summary and counts
+    route SRC DST                the current shortest path(s)
+    load [SECONDS]               per-link rates from the OVS port counters
+    replay NAME ARGS             run a traffic pattern and print its result
+
+``help COMMAND`` explains each.  A wrong argument prints why and the CLI
+goes on.  ``--cli-script FILE`` runs the commands of FILE instead (tests,
+walkthroughs).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from mininet.cli import CLI
+
+from controllers.control import ControlError
+from controllers.ocs_core import TECHNOLOGIES
+from emu import hostroutes
+from topologies import routing
+from topologies.fabric import FabricError
+from traffic import collectives
+from traffic.flows import Flow, FlowDag, ring_allreduce
+from traffic.replay import Replayer
+
+MB = 1_000_000
+PATTERNS = ("allreduce", "broadcast", "kvburst", "flow")
+
+
+class UsageError(ValueError):
+    """A command was given wrong arguments; the message says what is expected."""
+
+
+def _guarded(command):
+    """A bad argument or a refused request prints a message; the CLI lives on."""
+    @functools.wraps(command)
+    def wrapper(self, line):
+        try:
+            return command(self, line)
+        except (UsageError, FabricError, ControlError, ValueError, KeyError) as exc:
+            print(f"*** {command.__name__[3:]}: {exc}")
+        return None
+    return wrapper
+
+
+def parse_circuits(words: List[str]) -> List[Tuple[int, int]]:
+    circuits = []
+    for word in words:
+        match = re.fullmatch(r"(\d+)-(\d+)", word)
+        if not match:
+            raise UsageError(f"{word!r} is not a circuit; write port pairs like 1-4")
+        circuits.append((int(match.group(1)), int(match.group(2))))
+    return circuits
+
+
+class FabricCLI(CLI):
+    prompt = "fabric> "
+
+    def __init__(self, bed, script: str = None):
+        self.bed = bed
+        self.fabric = bed.fabric
+        super().__init__(bed.net, script=script)
+
+    # ------------------------------------------------------------ helpers
+    def _hosts(self, text: str) -> List[str]:
+        hosts = [h for h in text.split(",") if h]
+        unknown = [h for h in hosts if h not in self.fabric.hosts]
+        if unknown:
+            raise UsageError(f"unknown host(s) {unknown}; hosts are "
+                             f"{self.fabric.hosts[0]}..{self.fabric.hosts[-1]}")
+        return hosts
+
+    def _sync_circuits(self) -> None:
+        state = self.bed.control.call("state")
+        for ocs, circuits in state["circuits"].items():
+            self.fabric.set_circuits(ocs, circuits)
+        if hostroutes.needs_host_routes(self.fabric):
+            self.bed.refresh_host_routes()
+
+    # ------------------------------------------------------------ ocs
+    @_guarded
+    def do_ocs(self, line):
+        """ocs                      list every OCS with its technology and circuits
+        ocs set OCS a-b c-d ...  replace OCS's circuits (port pairs), with its delay
+        ocs preset OCS NAME [MS] set the technology: rotornet, mems, piezo, lc,
+                                 robotic, or custom with a delay in ms"""
+        words = line.split()
+        if not words:
+            state = self.bed.control.call("state")
+            if not state["circuits"]:
+                print("this fabric has no OCS")
+            for ocs, circuits in sorted(state["circuits"].items()):
+                tech = state["technology"][ocs]
+                radix = self.fabric.graph.nodes[ocs]["radix"]
+                pairs = " ".join(f"{a}-{b}" for a, b in circuits) or "(all dark)"
+                delay = f", {tech['delay_ms']} ms" if tech["name"] == "custom" else ""
+                print(f"{ocs}: {tech['name']}{delay}, radix {radix}: {pairs}")
+            return
+        if words[0] == "set" and len(words) >= 2:
+            result = self.bed.control.call("reconfigure", ocs=words[1],
+                                           circuits=parse_circuits(words[2:]), timeout=600)
+            self._sync_circuits()
+            plan, stamps = result["plan"], result["timestamps"]
+            print(f"{words[1]}: tore {len(plan['tear'])}, lit {len(plan['light'])}, kept "
+                  f"{len(plan['keep'])} circuit(s); injected {plan['delay_emulated_ms']:.2f} ms, "
+                  f"dark {result['dark_s'] * 1000:.2f} ms, whole change "
+                  f"{(stamps['routes_restored'] - stamps['start']) * 1000:.2f} ms")
+            return
+        if words[0] == "preset" and len(words) in (3, 4):
+            delay = float(words[3]) if len(words) == 4 else None
+            result = self.bed.control.call("preset", ocs=words[1], technology=words[2],
+                                           delay_ms=delay)
+            print(f"{words[1]}: {words[2]}, {result['delay_real_ms']:g} ms real, "
+                  f"{result['delay_emulated_ms']:g} ms emulated")
+            return
+        raise UsageError("usage: ocs | ocs set OCS a-b ... | ocs preset OCS NAME [MS]; "
+                         f"presets: {', '.join(TECHNOLOGIES)}, custom")
+
+    # ------------------------------------------------------------ fabric, route
+    @_guarded
+    def do_fabric(self, line):
+        """fabric   the fabric's parameters and its counts: hosts, switches per role,
+                 links per rate, OCS radix and circuits"""
+        fabric = self.fabric
+        params = ", ".join(f"{k}={v}" for k, v in fabric.params.items())
+        print(f"{fabric.name} ({params})")
+        roles = Counter(d["role"] for _, d in fabric.graph.nodes(data=True) if d["kind"] != "host")
+        print(f"  hosts: {len(fabric.hosts)}; switches: "
+              + ", ".join(f"{n} {r}" for r, n in sorted(roles.items())))
+        rates = Counter(d["gbps"] for _, _, d in fabric.links())
+        print("  links: " + ", ".join(
+            f"{n} x {g:g} Gbit/s real ({self.bed.scale.emu_mbps(g):g} Mbit/s emulated)"
+            for g, n in sorted(rates.items())))
+        for ocs in fabric.ocs_switches:
+            print(f"  {ocs}: radix {fabric.graph.nodes[ocs]['radix']}, "
+                  f"{len(fabric.circuits[ocs])} circuit(s) lit")
+        print(f"  scale: {self.bed.scale.describe()}; datapath {self.bed.datapath.info.datapath}")
+
+    @_guarded
+    def do_route(self, line):
+        """route SRC DST   the current shortest path(s) from SRC to DST over the static
+                        links and the lit circuits (ECMP spreads flows over all)"""
+        words = line.split()
+        if len(words) != 2:
+            raise UsageError("usage: route SRC DST, e.g. route h1 h4")
+        src, dst = self._hosts(",".join(words))
+        logical = self.fabric.logical_graph()
+        paths = routing.shortest_paths(logical, src, dst)
+        if not paths:
+            print(f"{src} cannot reach {dst} over the current circuits")
+            return
+        for path in paths:
+            hops = [path[0]]
+            for u, v in zip(path, path[1:]):
+                via = [f"{d['ocs']} {d['circuit'][0]}-{d['circuit'][1]}"
+                       for d in logical[u][v].values() if "ocs" in d]
+                hops.append(f"({', '.join(via)}) -> {v}" if via else f"-> {v}")
+            print(" ".join(hops))
+        print(f"{len(paths)} equal-cost path(s) of {len(paths[0]) - 1} hops")
+
+    # ------------------------------------------------------------ load
+    def _port_counters(self) -> Dict[Tuple[str, int], int]:
+        counters = {}
+        for switch in self.bed.net.switches:
+            out = switch.cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-ports {switch.name}")
+            port = None
+            for text in out.splitlines():
+                head = re.match(r"\s*port\s+(\d+):", text)
+                if head:
+                    port = int(head.group(1))
+                tx = re.search(r"tx pkts=\d+, bytes=(\d+)", text)
+                if tx and port is not None:
+                    counters[(switch.name[2:], port)] = int(tx.group(1))
+        return counters
+
+    @_guarded
+    def do_load(self, line):
+        """load [SECONDS]   transmit rate of every busy switch port over SECONDS (default 1),
+                         from the OVS port counters, busiest first"""
+        seconds = float(line) if line.strip() else 1.0
+        if not 0 < seconds <= 60:
+            raise UsageError("SECONDS must be in (0, 60]")
+        before = self._port_counters()
+        time.sleep(seconds)  # the measurement interval itself
+        after = self._port_counters()
+        rows = []
+        for key, value in after.items():
+            mbps = (value - before.get(key, value)) * 8 / seconds / 1e6
+            if mbps > 0.01:
+                switch, port = key
+                peer, peer_port = self.fabric.peer(switch, port)
+                rows.append((mbps, f"{switch}:{port} -> {peer}:{peer_port}"))
+        if not rows:
+            print("no traffic")
+        for mbps, link in sorted(rows, reverse=True):
+            print(f"{mbps:9.2f} Mbit/s  {link}")
+
+    # ------------------------------------------------------------ replay
+    def _pattern(self, words: List[str]) -> FlowDag:
+        name, args = words[0], words[1:]
+        size = float(args[-1]) * MB if args and re.fullmatch(r"[\d.]+", args[-1]) else 1 * MB
+        if name == "allreduce" and args:
+            return ring_allreduce(self._hosts(args[0]), int(size), group="cli-allreduce")
+        if name == "broadcast" and len(args) >= 2:
+            return collectives.broadcast_tree(self._hosts(args[0])[0], self._hosts(args[1]),
+                                              int(size), group="cli-broadcast")
+        if name == "kvburst" and len(args) >= 2:
+            prefill, decode = self._hosts(args[0]), self._hosts(args[1])
+            return FlowDag([Flow(f"kv-{p}-{d}", p, d, int(size)) for p in prefill for d in decode])
+        if name == "flow" and len(args) >= 2:
+            src, dst = self._hosts(f"{args[0]},{args[1]}")
+            return FlowDag([Flow(f"flow-{src}-{dst}", src, dst, int(size))])
+        raise UsageError("usage: replay allreduce H1,H2,... [MB] | replay broadcast SRC "
+                         "D1,D2,... [MB] | replay kvburst P1,P2 D1,D2 [MB] | replay flow SRC DST [MB]")
+
+    @_guarded
+    def do_replay(self, line):
+        """replay allreduce H1,H2,...[MB]    ring all-reduce of MB (default 1) over the hosts
+        replay broadcast SRC D1,D2,... [MB] broadcast tree from SRC
+        replay kvburst P1,P2 D1,D2 [MB]     every prefill host sends MB of KV to every decode host
+        replay flow SRC DST [MB]            one flow
+        Prints each flow's time and goodput and the pattern's completion time."""
+        words = shlex.split(line)
+        if not words or words[0] not in PATTERNS:
+            raise UsageError(f"name a pattern: {', '.join(PATTERNS)}")
+        dag = self._pattern(words)
+        rate = self.bed.scale.emu_mbps(max(d["gbps"] for _, _, d in self.fabric.links()))
+        flows = Replayer(self.bed, dag, rate, Path(self.bed.run_dir) / "cli-flows").run()
+        for flow in flows:
+            print(f"{flow.id:24s} {flow.src:>5s} -> {flow.dst:<5s} {flow.bytes / MB:8.2f} MB "
+                  f"{flow.duration_s:7.3f} s {flow.goodput_mbps:8.2f} Mbit/s {flow.status}")
+        ok = [f for f in flows if f.status == "ok"]
+        if ok:
+            span = max(f.end for f in ok) - min(f.start for f in ok)
+            print(f"{len(ok)}/{len(flows)} flows ok; completion {span:.3f} s emulated "
+                  f"({self.bed.scale.real_seconds(span) * 1000:.3f} ms real)")
