@@ -37,7 +37,7 @@ class EpsCore:
         msgs = [ofmsg.delete_all_flows(), ofmsg.delete_all_groups(), ofmsg.drop_on_miss()]
         routes = self.table.get(switch, {})
         for host in self.fabric.hosts:
-            msgs.append(ofmsg.select_group(self.group_id(host), routes.get(host, ())))
+            msgs.append(ofmsg.route_group(self.group_id(host), routes.get(host, ())))
             msgs.append(ofmsg.route_to_group(self.fabric.graph.nodes[host]["ip"],
                                              self.group_id(host)))
         return msgs
@@ -65,6 +65,6 @@ class EpsCore:
                 table.setdefault(switch, {}).setdefault(host, ports)
         changes = routing.diff(self.table, table)
         self.table = table
-        return {switch: [ofmsg.select_group(self.group_id(host), ports or (), modify=True)
+        return {switch: [ofmsg.route_group(self.group_id(host), ports or (), modify=True)
                          for host, ports in sorted(entries.items())]
                 for switch, entries in changes.items()}

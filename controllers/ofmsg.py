@@ -45,12 +45,26 @@ def drop_on_miss():
     return flow_add(parser.OFPMatch(), [], PRIORITY_MISS, COOKIE_EPS)
 
 
-def select_group(group_id: int, ports: Iterable[int], modify: bool = False):
-    """ECMP: one bucket per output port; an empty group drops (unreachable)."""
+def route_group(group_id: int, ports: Iterable[int], modify: bool = False):
+    """The group a destination's flow points at: its ECMP output ports.
+
+    Two or more ports make a select group (one bucket per port).  One port
+    makes an indirect group: Open vSwitch implements select groups with a
+    datapath hash and a recirculation, which doubles the per-packet work of
+    its single-threaded userspace datapath even for a lone bucket.  No port
+    makes an empty select group, which drops (unreachable).  A group MODIFY
+    may change the type, so a reroute stays one atomic message.
+    """
+    ports = sorted(ports)
+    command = ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD
+    if len(ports) == 1:
+        bucket = parser.OFPBucket(weight=0, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
+                                  actions=[parser.OFPActionOutput(ports[0])])
+        return parser.OFPGroupMod(None, command=command, type_=ofp.OFPGT_INDIRECT,
+                                  group_id=group_id, buckets=[bucket])
     buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
                                 actions=[parser.OFPActionOutput(port)])
-               for port in sorted(ports)]
-    command = ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD
+               for port in ports]
     return parser.OFPGroupMod(None, command=command, type_=ofp.OFPGT_SELECT,
                               group_id=group_id, buckets=buckets)
 

@@ -10,11 +10,11 @@ so they work when the HTML sits in its run folder.
 The converter handles exactly the Markdown subset ``emu.report`` writes:
 
 * ATX headings (``#`` .. ``######``), paragraphs;
-* ``**bold**``, ``*italic*``, ```code``` spans and backslash escapes;
+* ``**bold**``, ``*italic*``, code spans in backticks, backslash escapes;
 * links ``[text](url)`` and images ``![alt](url)``;
-* pipe tables (header row, ``| --- |`` separator, rows, ``\\|`` escapes);
-* fenced code blocks (`````json`` ... `````), blockquotes, ``-`` and ``1.``
-  lists;
+* pipe tables (header row, ``| --- |`` separator, rows; ``\\|`` is a pipe);
+* fenced code blocks (three or more backticks, optional language),
+  blockquotes, ``-`` and ``1.`` lists;
 * ``<details><summary>...</summary>`` ... ``</details>`` on lines of their own.
 
 Everything else is text and is HTML-escaped: raw HTML in the Markdown (or in
@@ -28,6 +28,7 @@ construction: every element is closed where it is opened.
 from __future__ import annotations
 
 import base64
+import bisect
 import html
 import re
 import string
@@ -47,13 +48,12 @@ _IMAGE_TYPES = {
 }
 _SAFE_SCHEMES = ("http", "https", "mailto")
 
-# Guards against pathological input: deeper nesting is rendered as text, and
-# a closing delimiter further away than this many characters is not looked for.
+# Guard against pathological input: deeper nesting is rendered as text.
 MAX_BLOCK_DEPTH = 16
 MAX_INLINE_DEPTH = 16
-MAX_SPAN_CHARS = 4000
 
 _PUNCTUATION = frozenset(string.punctuation)
+_WHITESPACE = re.compile(r"\s")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 _FENCE = re.compile(r"^ {0,3}(`{3,})[ \t]*([^`\s]*)[^`]*$")
@@ -97,7 +97,7 @@ details { margin: .6rem 0; }
 summary { cursor: pointer; color: var(--accent); }
 .missing-image { color: var(--warn); }
 footer { margin-top: 3rem; color: var(--muted); font-size: .85rem; }
-@media print { main { max-width: none; } details { display: block; } }
+@media print { main { max-width: none; } }
 """.strip()
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
@@ -140,7 +140,10 @@ def image_data_uri(url: str, run_dir: Optional[Path]) -> Optional[str]:
         path = (root / relative).resolve()
     except (OSError, RuntimeError, ValueError):
         return None
-    if not path.is_relative_to(root) or not path.is_file():
+    try:
+        if not path.is_relative_to(root) or not path.is_file():
+            return None
+    except OSError:
         return None
     kind = _IMAGE_TYPES.get(path.suffix.lower())
     if kind is None:
@@ -157,6 +160,98 @@ def image_data_uri(url: str, run_dir: Optional[Path]) -> Optional[str]:
 
 # Inline Markdown -----------------------------------------------------------------
 
+class _Spans:
+    """One left-to-right pass over a text, so that no delimiter is searched twice.
+
+    Outside backslash escapes and code spans it records where code spans end,
+    the star runs that can close emphasis (they follow a non-space) and which
+    ``]`` closes each ``[``; parentheses are paired for link destinations.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.code_end: dict = {}     # opening backtick index -> closing run index
+        self.closers = {(1, True): [], (2, True): [], (1, False): [], (2, False): []}
+        self.bracket: dict = {}      # "[" index -> matching "]" index
+        self._paren: Optional[dict] = None
+        failed: dict = {}            # backtick run length -> index it failed from
+        stack: List[int] = []
+        i, n = 0, len(text)
+        while i < n:
+            char = text[i]
+            if char == "\\":
+                i += 2
+                continue
+            if char == "`":
+                run = _run_length(text, i, "`")
+                end = None if failed.get(run, n) <= i else _code_span_end(text, i + run, run)
+                if end is None:
+                    failed[run] = min(failed.get(run, n), i)
+                    i += run
+                else:
+                    self.code_end[i] = end
+                    i = end + run
+                continue
+            if char == "*":
+                run = _run_length(text, i, "*")
+                if i > 0 and not text[i - 1].isspace():
+                    for width in (1, 2):
+                        if run == width:
+                            self.closers[width, True].append(i)
+                        elif run > width:
+                            # The last ``width`` stars of a longer run close.
+                            self.closers[width, False].append(i + run - width)
+                i += run
+                continue
+            if char == "[":
+                stack.append(i)
+            elif char == "]" and stack:
+                self.bracket[stack.pop()] = i
+            i += 1
+
+    def emphasis_close(self, after: int, width: int) -> Optional[int]:
+        """Index of the ``width`` stars closing emphasis whose text starts at after.
+
+        A run of exactly ``width`` stars is preferred, else the end of a longer
+        one (``**a *b***``).
+        """
+        for exact in (True, False):
+            candidates = self.closers[width, exact]
+            index = bisect.bisect_left(candidates, after)
+            if index < len(candidates):
+                return candidates[index]
+        return None
+
+    def paren(self, start: int) -> Optional[int]:
+        """Index of the ")" balancing the "(" at ``start`` (escapes skipped)."""
+        if self._paren is None:
+            self._paren, stack, i, text = {}, [], 0, self.text
+            while i < len(text):
+                if text[i] == "\\":
+                    i += 1
+                elif text[i] == "(":
+                    stack.append(i)
+                elif text[i] == ")" and stack:
+                    self._paren[stack.pop()] = i
+                i += 1
+        return self._paren.get(start)
+
+    def link_at(self, start: int) -> Optional[Tuple[str, str, int]]:
+        """(label, url, index after) for ``[label](url)`` at ``text[start] == "["``."""
+        close = self.bracket.get(start)
+        if close is None or not self.text.startswith("(", close + 1):
+            return None
+        end = self.paren(close + 1)
+        if end is None:
+            return None
+        url = self.text[close + 2:end].strip()
+        if _WHITESPACE.search(url):
+            return None
+        if url.startswith("<") and url.endswith(">"):
+            url = url[1:-1]
+        return self.text[start + 1:close], _unescape_backslashes(url), end + 1
+
+
 class _Inline:
     """Inline spans of one block of text; every tag is closed where opened."""
 
@@ -166,6 +261,7 @@ class _Inline:
     def render(self, text: str, depth: int = 0, in_link: bool = False) -> str:
         if depth > MAX_INLINE_DEPTH:
             return _escape(text)
+        spans = _Spans(text)
         out: List[str] = []
         i, n = 0, len(text)
         while i < n:
@@ -176,7 +272,7 @@ class _Inline:
                 continue
             if char == "`":
                 run = _run_length(text, i, "`")
-                end = _code_span_end(text, i + run, run)
+                end = spans.code_end.get(i)
                 if end is None:
                     out.append(_escape("`" * run))
                     i += run
@@ -188,20 +284,20 @@ class _Inline:
                 i = end + run
                 continue
             if char == "!" and text.startswith("[", i + 1):
-                link = _link_at(text, i + 1)
+                link = spans.link_at(i + 1)
                 if link is not None:
                     label, url, i = link
                     out.append(self._image(label, url))
                     continue
             if char == "[" and not in_link:
-                link = _link_at(text, i)
+                link = spans.link_at(i)
                 if link is not None:
                     label, url, i = link
                     out.append(self._link(label, url, depth))
                     continue
             if char == "*":
                 run = _run_length(text, i, "*")
-                emphasis = self._emphasis(text, i, run, depth, in_link)
+                emphasis = self._emphasis(spans, i, run, depth, in_link)
                 if emphasis is not None:
                     rendered, i = emphasis
                     out.append(rendered)
@@ -213,22 +309,22 @@ class _Inline:
             i += 1
         return "".join(out)
 
-    def _emphasis(self, text: str, start: int, run: int, depth: int,
+    def _emphasis(self, spans: _Spans, start: int, run: int, depth: int,
                   in_link: bool) -> Optional[Tuple[str, int]]:
         """(<strong>/<em> html, index after it) for a ``*`` run that opens one."""
+        text = spans.text
         after = start + run
         if after >= len(text) or text[after].isspace():
             return None  # a "*" followed by a space opens nothing
         for width, tag in ((2, "strong"), (1, "em")):
             if run < width:
                 continue
-            # Use the last ``width`` stars of the run; earlier ones stay text.
-            opener = after - width
-            close = _emphasis_close(text, after, width)
+            close = spans.emphasis_close(after, width)
             if close is None:
                 continue
+            # The last ``width`` stars of the run open; earlier ones stay text.
             inner = self.render(text[after:close], depth + 1, in_link)
-            return (_escape("*" * (opener - start))
+            return (_escape("*" * (run - width))
                     + f"<{tag}>{inner}</{tag}>", close + width)
         return None
 
@@ -263,87 +359,13 @@ def _code_span_end(text: str, start: int, run: int) -> Optional[int]:
     fence = "`" * run
     position = start
     while True:
-        position = text.find(fence, position)
-        if position < 0 or position - start > MAX_SPAN_CHARS:
+        position = text.find(fence, position)  # always the start of a run
+        if position < 0:
             return None
         length = _run_length(text, position, "`")
         if length == run:
             return position
         position += length
-
-
-def _emphasis_close(text: str, start: int, width: int) -> Optional[int]:
-    """Index of the ``width`` stars that close emphasis opened before start.
-
-    Backslash escapes and code spans are skipped; a closer follows a
-    non-space character.  A run of exactly ``width`` stars is preferred; else
-    the last ``width`` stars of a longer run close (``**a *b***``).
-    """
-    for exact in (True, False):
-        i, n = start, min(len(text), start + MAX_SPAN_CHARS)
-        while i < n:
-            char = text[i]
-            if char == "\\":
-                i += 2
-                continue
-            if char == "`":
-                run = _run_length(text, i, "`")
-                end = _code_span_end(text, i + run, run)
-                i = (end + run) if end is not None else i + run
-                continue
-            if char == "*":
-                run = _run_length(text, i, "*")
-                if (run == width if exact else run > width) \
-                        and i > start and not text[i - 1].isspace():
-                    return i + run - width
-                i += run
-                continue
-            i += 1
-    return None
-
-
-def _link_at(text: str, start: int) -> Optional[Tuple[str, str, int]]:
-    """(label, url, index after) for ``[label](url)`` at ``text[start] == "["``."""
-    depth, i, n = 0, start, min(len(text), start + MAX_SPAN_CHARS)
-    while i < n:
-        char = text[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == "`":
-            run = _run_length(text, i, "`")
-            end = _code_span_end(text, i + run, run)
-            i = (end + run) if end is not None else i + run
-            continue
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-            if depth == 0:
-                break
-        i += 1
-    else:
-        return None
-    if not text.startswith("(", i + 1):
-        return None
-    # The destination ends at the ")" that balances its "(" (CommonMark).
-    close, depth = None, 0
-    for index in range(i + 2, min(len(text), i + 2 + MAX_SPAN_CHARS)):
-        if text[index] == "(" and text[index - 1] != "\\":
-            depth += 1
-        elif text[index] == ")" and text[index - 1] != "\\":
-            if depth == 0:
-                close = index
-                break
-            depth -= 1
-    if close is None:
-        return None
-    url = text[i + 2:close].strip()
-    if any(ch.isspace() for ch in url):
-        return None
-    if url.startswith("<") and url.endswith(">"):
-        url = url[1:-1]
-    return text[start + 1:i], _unescape_backslashes(url), close + 1
 
 
 # Block Markdown ------------------------------------------------------------------
@@ -386,35 +408,47 @@ def _is_table_start(lines: List[str], index: int) -> bool:
             and _TABLE_SEPARATOR.match(lines[index + 1]) is not None)
 
 
-def _fence_end(lines: List[str], start: int, fence: str) -> int:
-    """Index of the line closing the fence opened at ``start`` (or len)."""
+def _fence_end(lines: List[str], start: int, fence: str) -> Optional[int]:
+    """Index of the line closing the fence opened at ``start``, if any."""
     for index in range(start + 1, len(lines)):
         stripped = lines[index].strip()
         if len(lines[index]) - len(lines[index].lstrip(" ")) <= 3 \
                 and stripped.startswith(fence) and stripped == "`" * len(stripped):
             return index
-    return len(lines)
+    return None
 
 
-def _details_end(lines: List[str], start: int) -> Optional[int]:
-    """Index of the ``</details>`` matching the one opened at ``start``."""
-    depth, index = 0, start
-    while index < len(lines):
-        line = lines[index]
+def _pair_blocks(lines: List[str]) -> Tuple[dict, dict]:
+    """({fence line: closing line}, {<details> line: </details> line}).
+
+    One pass, outside fences: an unclosed fence or <details> is a line of
+    text, so one odd value cannot swallow the rest of the report.
+    """
+    fences: dict = {}
+    details: dict = {}
+    stack: List[int] = []
+    no_closer_from = None  # fences this long or longer have no closer left
+    i = 0
+    while i < len(lines):
+        line = lines[i]
         fence = _FENCE.match(line)
         if fence:
-            end = _fence_end(lines, index, fence.group(1))
-            if end < len(lines):  # an unclosed fence is just a line of text
-                index = end + 1
+            length = len(fence.group(1))
+            end = None
+            if no_closer_from is None or length < no_closer_from:
+                end = _fence_end(lines, i, fence.group(1))
+                if end is None:
+                    no_closer_from = length
+            if end is not None:
+                fences[i] = end
+                i = end + 1
                 continue
-        if _DETAILS_OPEN.match(line):
-            depth += 1
-        elif _DETAILS_CLOSE.match(line):
-            depth -= 1
-            if depth == 0:
-                return index
-        index += 1
-    return None
+        elif _DETAILS_OPEN.match(line):
+            stack.append(i)
+        elif _DETAILS_CLOSE.match(line) and stack:
+            details[stack.pop()] = i
+        i += 1
+    return fences, details
 
 
 class _Blocks:
@@ -438,6 +472,7 @@ class _Blocks:
 
     def render(self, lines: List[str], depth: int = 0) -> List[str]:
         out: List[str] = []
+        fences, details_pairs = _pair_blocks(lines)
         i = 0
         while i < len(lines):
             line = lines[i]
@@ -449,8 +484,8 @@ class _Blocks:
                 out.append(f"<p>{_escape(chr(10).join(lines[i:]).strip())}</p>")
                 break
             fence = _FENCE.match(line)
-            if fence and _fence_end(lines, i, fence.group(1)) < len(lines):
-                end = _fence_end(lines, i, fence.group(1))
+            if fence and i in fences:
+                end = fences[i]
                 language = fence.group(2)
                 attribute = (f' class="language-{_escape(language)}"'
                              if language else "")
@@ -470,7 +505,7 @@ class _Blocks:
                 i += 1
                 continue
             details = _DETAILS_OPEN.match(line)
-            end = _details_end(lines, i) if details else None
+            end = details_pairs.get(i) if details else None
             if end is not None:
                 summary = self.inline.render(details.group(1).strip())
                 out.append(f"<details><summary>{summary}</summary>")
@@ -540,9 +575,9 @@ class _Blocks:
         aligns = (aligns + [None] * width)[:width]
         i += 2
         rows = []
-        while i < len(lines) and lines[i].strip() and "|" in lines[i] \
-                and not (_FENCE.match(lines[i]) or _HEADING.match(lines[i])
-                         or _QUOTE.match(lines[i])):
+        # Rows start with "|" (emu.report writes them so); a row that looks
+        # like a separator ("| - | - |") is still a row.
+        while i < len(lines) and lines[i].lstrip().startswith("|"):
             cells = _split_row(lines[i])
             rows.append((cells + [""] * width)[:width])
             i += 1

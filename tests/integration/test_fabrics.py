@@ -30,7 +30,7 @@ def installed_groups(bed, switch: str):
     out = bed.net.get("fe" + switch).cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-groups fe{switch}")
     groups = {}
     for line in out.splitlines():
-        match = re.search(r"group_id=(\d+),type=select(.*)", line)
+        match = re.search(r"group_id=(\d+),type=(?:select|indirect)(.*)", line)
         if match:
             groups[int(match.group(1))] = tuple(sorted(
                 int(p) for p in re.findall(r"actions=output:(\d+)", match.group(2))))

@@ -425,9 +425,9 @@ def test_fake_table_models_openflow_errors_and_group_deletion():
     datapath.send_all(core.switch_start("s1"))
     assert datapath.table.output_ports(3, "10.0.0.1") == {1}
     with pytest.raises(FakeSwitchError, match="OFPGMFC_GROUP_EXISTS"):
-        datapath.send_all([ofmsg.select_group(1, [2])])
+        datapath.send_all([ofmsg.route_group(1, [2])])
     with pytest.raises(FakeSwitchError, match="OFPGMFC_UNKNOWN_GROUP"):
-        datapath.send_all([ofmsg.select_group(99, [2], modify=True)])
+        datapath.send_all([ofmsg.route_group(99, [2], modify=True)])
     delete = parser.OFPGroupMod(None, command=ofp.OFPGC_DELETE, type_=ofp.OFPGT_SELECT,
                                 group_id=1)
     datapath.send_all([delete])

@@ -155,6 +155,7 @@ def test_markdown_subset():
         "| a | b\\|c | `x\\|y` |",
         "| --- | :---: | ---: |",
         "| 1 | **2** |",
+        "| - | - | - |",
         "",
         "1. one",
         "2. two",
@@ -187,6 +188,7 @@ def test_markdown_subset():
     assert "<code>x|y</code>" in page
     assert "<td>1</td><td style=\"text-align: center\"><strong>2</strong></td>" \
            "<td style=\"text-align: right\"></td>" in page
+    assert "<tr><td>-</td><td style=\"text-align: center\">-</td>" in page
     assert "<ol>\n<li>one</li>\n<li>two</li>\n</ol>" in page
     assert "<blockquote>\n<p>quoted <strong>text</strong>\nmore</p>\n</blockquote>" in page
     assert "<details><summary>More &lt;b&gt;details&lt;/b&gt;</summary>" in page
@@ -195,6 +197,28 @@ def test_markdown_subset():
     assert "<p>```</p>\n<p>never closed\n" in page
     assert '<a class="missing-image" href="nothing.png">missing</a> (image not ' \
            'embedded)</p>' in page
+
+
+def test_only_images_inside_the_run_folder_are_embedded(tmp_path):
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(PNG_SIGNATURE + b"outside")
+    run = tmp_path / "run"
+    (run / "plots").mkdir(parents=True)
+    (run / "plots" / "ok.png").write_bytes(PNG_SIGNATURE + b"inside")
+    (run / "link.png").symlink_to(outside)
+    (run / "fake.png").write_text("not a png")
+    markdown = ("![ok](plots/ok.png) ![up](../outside.png) ![link](link.png) "
+                "![fake](fake.png) ![abs](" + str(outside) + ") "
+                "![remote](https://example.com/x.png)")
+    page = render_html(markdown, run)
+    checker = check_well_formed(page)
+    images = [attrs for tag, attrs in checker.attributes if tag == "img"]
+    assert [image["alt"] for image in images] == ["ok"]
+    assert images[0]["src"] == ("data:image/png;base64,"
+                                + base64.b64encode(PNG_SIGNATURE + b"inside").decode())
+    hrefs = [attrs["href"] for tag, attrs in checker.attributes if tag == "a"]
+    assert "../outside.png" in hrefs and "https://example.com/x.png" in hrefs
+    assert page.count("(image not embedded)") == 5
 
 
 def test_write_html_needs_report_md(tmp_path):
