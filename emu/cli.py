@@ -11,6 +11,7 @@ Every Mininet command works (``pingall``, ``h1 ping h2``, ``iperf``...), and:
     route SRC DST                the current shortest path(s)
     load [SECONDS]               per-link rates from the OVS port counters
     replay NAME ARGS             run a traffic pattern and print its result
+                                 (allreduce, broadcast, kvburst, pairs, flow)
 
 ``help COMMAND`` explains each.  A wrong argument prints why and the CLI
 goes on.  ``--cli-script FILE`` runs the commands of FILE instead (tests,
@@ -20,6 +21,7 @@ walkthroughs).
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 import time
@@ -39,7 +41,7 @@ from traffic.flows import Flow, FlowDag, ring_allreduce
 from traffic.replay import Replayer
 
 MB = 1_000_000
-PATTERNS = ("allreduce", "broadcast", "kvburst", "flow")
+PATTERNS = ("allreduce", "broadcast", "kvburst", "pairs", "flow")
 
 
 class UsageError(ValueError):
@@ -52,7 +54,8 @@ def _guarded(command):
     def wrapper(self, line):
         try:
             return command(self, line)
-        except (UsageError, FabricError, ControlError, ValueError, KeyError) as exc:
+        except (UsageError, FabricError, ControlError, ValueError, KeyError,
+                RuntimeError) as exc:  # a failed command must not end the lab
             print(f"*** {command.__name__[3:]}: {exc}")
         return None
     return wrapper
@@ -74,7 +77,25 @@ class FabricCLI(CLI):
     def __init__(self, bed, script: str = None):
         self.bed = bed
         self.fabric = bed.fabric
-        super().__init__(bed.net, script=script)
+        self.replays = 0
+        if script is None:
+            super().__init__(bed.net)
+            return
+        # Mininet's CLI polls its stdin while a host command runs; a script
+        # run gets a pipe that stays open and silent, whatever the caller's
+        # stdin is (a closed or /dev/null stdin would end or spin that loop).
+        read_fd, write_fd = os.pipe()
+        try:
+            with os.fdopen(read_fd) as silent:
+                super().__init__(bed.net, stdin=silent, script=script)
+        finally:
+            os.close(write_fd)
+
+    def onecmd(self, line):
+        """Lines starting with # are comments (Mininet's source skips precmd)."""
+        if line.lstrip().startswith("#"):
+            return False
+        return super().onecmd(line)
 
     # ------------------------------------------------------------ helpers
     def _hosts(self, text: str) -> List[str]:
@@ -122,6 +143,9 @@ class FabricCLI(CLI):
                   f"{(stamps['routes_restored'] - stamps['start']) * 1000:.2f} ms")
             return
         if words[0] == "preset" and len(words) in (3, 4):
+            if (len(words) == 4) != (words[2] == "custom"):
+                raise UsageError("give a delay in ms with 'custom', and only with it: "
+                                 "ocs preset o1 custom 30 | ocs preset o1 mems")
             delay = float(words[3]) if len(words) == 4 else None
             result = self.bed.control.call("preset", ocs=words[1], technology=words[2],
                                            delay_ms=delay)
@@ -180,9 +204,9 @@ class FabricCLI(CLI):
             out = switch.cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-ports {switch.name}")
             port = None
             for text in out.splitlines():
-                head = re.match(r"\s*port\s+(\d+):", text)
+                head = re.match(r"\s*port\s+(\d+|LOCAL):", text)
                 if head:
-                    port = int(head.group(1))
+                    port = None if head.group(1) == "LOCAL" else int(head.group(1))
                 tx = re.search(r"tx pkts=\d+, bytes=(\d+)", text)
                 if tx and port is not None:
                     counters[(switch.name[2:], port)] = int(tx.group(1))
@@ -222,17 +246,26 @@ class FabricCLI(CLI):
         if name == "kvburst" and len(args) >= 2:
             prefill, decode = self._hosts(args[0]), self._hosts(args[1])
             return FlowDag([Flow(f"kv-{p}-{d}", p, d, int(size)) for p in prefill for d in decode])
+        if name == "pairs" and args:
+            flows = []
+            for pair in args[0].split(","):
+                src, _, dst = pair.partition(":")
+                src, dst = self._hosts(f"{src},{dst}")
+                flows.append(Flow(f"pair-{src}-{dst}", src, dst, int(size)))
+            return FlowDag(flows)
         if name == "flow" and len(args) >= 2:
             src, dst = self._hosts(f"{args[0]},{args[1]}")
             return FlowDag([Flow(f"flow-{src}-{dst}", src, dst, int(size))])
         raise UsageError("usage: replay allreduce H1,H2,... [MB] | replay broadcast SRC "
-                         "D1,D2,... [MB] | replay kvburst P1,P2 D1,D2 [MB] | replay flow SRC DST [MB]")
+                         "D1,D2,... [MB] | replay kvburst P1,P2 D1,D2 [MB] | replay pairs S1:D1,S2:D2 [MB] "
+                         "| replay flow SRC DST [MB]")
 
     @_guarded
     def do_replay(self, line):
         """replay allreduce H1,H2,...[MB]    ring all-reduce of MB (default 1) over the hosts
         replay broadcast SRC D1,D2,... [MB] broadcast tree from SRC
         replay kvburst P1,P2 D1,D2 [MB]     every prefill host sends MB of KV to every decode host
+        replay pairs S1:D1,S2:D2 [MB]       chosen pairs at once (e.g. TP rank i to rank i)
         replay flow SRC DST [MB]            one flow
         Prints each flow's time and goodput and the pattern's completion time."""
         words = shlex.split(line)
@@ -240,7 +273,9 @@ class FabricCLI(CLI):
             raise UsageError(f"name a pattern: {', '.join(PATTERNS)}")
         dag = self._pattern(words)
         rate = self.bed.scale.emu_mbps(max(d["gbps"] for _, _, d in self.fabric.links()))
-        flows = Replayer(self.bed, dag, rate, Path(self.bed.run_dir) / "cli-flows").run()
+        self.replays += 1
+        work_dir = Path(self.bed.run_dir) / f"replay-{self.replays}"
+        flows = Replayer(self.bed, dag, rate, work_dir).run()
         for flow in flows:
             print(f"{flow.id:24s} {flow.src:>5s} -> {flow.dst:<5s} {flow.bytes / MB:8.2f} MB "
                   f"{flow.duration_s:7.3f} s {flow.goodput_mbps:8.2f} Mbit/s {flow.status}")

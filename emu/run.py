@@ -194,8 +194,11 @@ def _write(run_dir: Path, result: dict, outcome: Outcome) -> None:
 
 def _summary(run_dir: Path, result: dict) -> None:
     warnings = result["warnings"] + result.get("fidelity", {}).get("warnings", [])
+    for key, value in (result.get("metrics") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            print(f"  {key} = {value:.4g}")
     print(f"{result['scenario']}: {result['status']} in {result['duration_s']:.1f} s; "
-          f"report: {run_dir / 'report.md'}")
+          f"report: {run_dir / 'report.md'} (and report.html)")
     for warning in warnings:
         print(f"  WARNING: {warning}")
 

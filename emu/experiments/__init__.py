@@ -1,6 +1,6 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
-from emu.experiments import allreduce, cost, fabrics, ocs_reconfig, pd_calc
+from emu.experiments import allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
@@ -8,4 +8,5 @@ EXPERIMENTS = {
     "cost": cost,
     "fabrics": fabrics,
     "pd-calc": pd_calc,
+    "lab": lab,
 }

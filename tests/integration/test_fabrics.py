@@ -13,6 +13,7 @@ import networkx as nx
 import pytest
 
 from emu.experiments.base import host_gbps
+from emu.experiments.lab import connected_host_sets
 from emu.scale import Scale
 from emu.testbed import Testbed
 from tests.integration.utils import assert_no_leftovers
@@ -73,13 +74,6 @@ def expected_out_ports(fabric, src, dst):
                     far = a if wired[a][0] == v and wired[a][1] == data["ports"][v] else b
                     allowed.add((data["ocs"], far))
     return allowed, paths
-
-
-def connected_host_sets(fabric):
-    logical = fabric.logical_graph()
-    return [sorted((h for h in c if logical.nodes[h]["kind"] == HOST),
-                   key=lambda h: fabric.graph.nodes[h]["index"])
-            for c in nx.connected_components(logical)]
 
 
 def far_apart_pair(fabric):

@@ -1,0 +1,57 @@
+"""The lab CLI on a real fabric: every command, wrong arguments included."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.utils import assert_no_leftovers, run_cli
+
+pytestmark = pytest.mark.require_root
+
+SCRIPT = """\
+# a comment line is skipped
+fabric
+ocs
+route h1 h3
+ocs preset o1 custom 20
+ocs set o1 1-4
+route h1 h3
+ocs set o1 1-1
+ocs preset o1 mems 5
+route h1 h99
+replay bogus
+replay pairs h1:h3,h2:h4 0.5
+replay allreduce h1,h2,h3,h4 0.2
+load 0.2
+h1 ping -c 2 h3
+"""
+
+
+def test_cli_script_runs_every_command_and_survives_bad_input(tmp_path):
+    script = tmp_path / "lab.cli"
+    script.write_text(SCRIPT)
+    done = run_cli("lab", "--set", "fabric.spec=hybrid,tors=2,hosts_per_tor=2", "--cli",
+                   "--cli-script", str(script), "--out", str(tmp_path / "out"))
+    out = done.stdout + done.stderr  # Mininet prints its own commands on stderr
+    assert done.returncode == 0, out + done.stderr
+    assert "o1: mems, radix 4: 2-3" in out, out
+    assert "(o1 2-3)" in out and "(o1 1-4)" in out, f"route should show the circuit used:\n{out}"
+    assert "injected 20.00 ms" in out, out
+    errors = [line for line in out.splitlines() if line.startswith("*** ")]
+    assert len(errors) == 4, f"expected 4 refused commands, got:\n" + "\n".join(errors)
+    assert any("connects a port to itself" in e for e in errors)
+    assert any("only with it" in e for e in errors)
+    assert any("unknown host" in e for e in errors)
+    assert any("name a pattern" in e for e in errors)
+    assert "2/2 flows ok" in out and "24/24 flows ok" in out, out
+    assert "2 received" in out, out
+    assert "Unknown command" not in out, out
+    assert_no_leftovers()
+
+
+def test_lab_scenario_pings_every_connected_pair(tmp_path):
+    done = run_cli("lab", "--set", "fabric.spec=hpn", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "networks_count = 2" in done.stdout, done.stdout
+    assert "ping_loss_pct = 0" in done.stdout, done.stdout
+    assert_no_leftovers()
