@@ -105,7 +105,12 @@ class ControlClient:
         if not line:
             self.close()
             raise ControlError(f"controller closed the channel during {op!r}")
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self.close()
+            raise ControlError(f"controller sent a reply that is not JSON during {op!r}: "
+                               f"{line[:200]!r}") from None
         if not reply.pop("ok", False):
             raise ControlError(f"controller refused {op!r}: {reply.get('error')}")
         return reply

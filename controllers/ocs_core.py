@@ -36,6 +36,8 @@ CUSTOM = "custom"
 
 def delay_ms_for(technology: str, delay_ms: Optional[float] = None) -> float:
     """Real-world reconfiguration delay of a preset, or a custom delay."""
+    if delay_ms is not None and delay_ms < 0:
+        raise FabricError(f"delay_ms must be >= 0, got {delay_ms}")
     if technology == CUSTOM:
         if delay_ms is None or delay_ms < 0:
             raise FabricError("technology 'custom' needs a delay_ms >= 0")

@@ -52,9 +52,7 @@ class FabricService:
         with self._state_lock:
             self.datapaths[name] = datapath
             self.ready.discard(name)
-        xid = self._send(datapath, msgs)
-        with self._state_lock:
-            self._initial[(datapath.id, xid)] = name
+        self._send(datapath, msgs, initial=name)
         LOG.info("%s (dpid %d) connected: %d messages installed", name, datapath.id, len(msgs))
 
     def switch_disconnected(self, datapath) -> None:
@@ -80,13 +78,20 @@ class FabricService:
             self.errors.append(message)
 
     # ------------------------------------------------------------ sending
-    def _send(self, datapath, msgs: List) -> int:
-        """Send msgs and a barrier; returns the barrier's xid (registered first)."""
+    def _send(self, datapath, msgs: List, initial: Optional[str] = None) -> int:
+        """Send msgs and a barrier; returns the barrier's xid.
+
+        The barrier is registered before anything is sent, so a reply that
+        comes back at once is never missed; ``initial`` names a switch that
+        becomes ready when this barrier is answered.
+        """
         barrier = ofmsg.barrier()
         barrier.datapath = datapath
         xid = datapath.set_xid(barrier)
         with self._state_lock:
             self._pending[(datapath.id, xid)] = threading.Event()
+            if initial is not None:
+                self._initial[(datapath.id, xid)] = initial
         for msg in msgs:
             msg.datapath = datapath
             datapath.send_msg(msg)
@@ -106,6 +111,10 @@ class FabricService:
         deadline = time.time() + BARRIER_TIMEOUT_S
         for name, event in waits:
             if event is not None and not event.wait(max(0.0, deadline - time.time())):
+                with self._state_lock:
+                    for key, pending in list(self._pending.items()):
+                        if pending is event:
+                            del self._pending[key]
                 raise SwitchError(f"{name} did not answer a barrier within {BARRIER_TIMEOUT_S} s")
         if len(self.errors) > errors_before:
             raise SwitchError("switch errors: " + "; ".join(self.errors[errors_before:]))

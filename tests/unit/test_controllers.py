@@ -256,8 +256,10 @@ def test_plan_delay_is_the_preset_times_the_dilation(technology, tdf):
 def test_custom_technology_needs_a_delay():
     with pytest.raises(FabricError, match="custom' needs a delay_ms >= 0"):
         delay_ms_for(CUSTOM)
-    with pytest.raises(FabricError, match="custom' needs a delay_ms >= 0"):
+    with pytest.raises(FabricError, match="delay_ms must be >= 0"):
         delay_ms_for(CUSTOM, -1.0)
+    with pytest.raises(FabricError, match="delay_ms must be >= 0"):
+        delay_ms_for("mems", -5.0)
     assert delay_ms_for(CUSTOM, 7) == 7.0
     with pytest.raises(FabricError, match="allowed: rotornet, mems, piezo, lc, robotic, custom"):
         delay_ms_for("warp")
