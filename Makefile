@@ -2,7 +2,9 @@
 # Both run bootstrap.sh first, which installs what is missing and is quick
 # the second time.
 
-PYTHON := .venv/bin/python
+VENV ?= .venv
+export VENV
+PYTHON := $(VENV)/bin/python
 SCENARIO ?= ocs-reconfig
 ARGS ?=
 

@@ -5,7 +5,9 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-venv="$here/.venv"
+# VENV lets a VM keep its own environment outside a folder synced from the host.
+venv="${VENV:-.venv}"
+case "$venv" in /*) ;; *) venv="$here/$venv" ;; esac
 stamp_dir="$venv/.stamps"
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -153,6 +153,8 @@ def execute(scenario, out: Path) -> int:
 def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
     from emu.testbed import Testbed
 
+    if getattr(scenario.experiment, "OWNS_TESTBEDS", False):
+        return _emulate_series(scenario, fabric, scale, run_dir, result)
     with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name}") as bed:
         result["datapath"] = bed.datapath.info.datapath
         result["netem"] = bed.datapath.netem
@@ -171,6 +173,25 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
             outcome.warnings.append("the controller log holds a traceback: see controller.log")
     fidelity = scenario.config["fidelity"]
     result["fidelity"] = assess(fidelity_rows(fabric, scale, outcome.flows), cpu,
+                                saturation_pct=fidelity["saturation_pct"],
+                                goodput_floor=fidelity["goodput_floor"])
+    return outcome
+
+
+def _emulate_series(scenario, fabric, scale, run_dir, result) -> Outcome:
+    """A kind that owns its testbeds opens them one at a time through ctx.testbeds
+    (emu.testbeds: lock, CPU sampling, dumps and controller checks per testbed)."""
+    from emu.testbeds import SeriesContext, TestbedSeries
+
+    series = TestbedSeries(run_dir, f"emu.run {scenario.name}")
+    try:
+        outcome = scenario.experiment.run(SeriesContext(scenario, fabric, scale, run_dir,
+                                                        testbeds=series))
+    finally:
+        result.update(series.result_fields())
+        result["warnings"] = list(result.get("warnings", [])) + series.warnings
+    fidelity = scenario.config["fidelity"]
+    result["fidelity"] = assess(series.fidelity_rows, series.cpu_summary(),
                                 saturation_pct=fidelity["saturation_pct"],
                                 goodput_floor=fidelity["goodput_floor"])
     return outcome

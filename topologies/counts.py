@@ -204,3 +204,17 @@ def bisection(fabric: Fabric, half: Optional[Iterable] = None) -> float:
             else:
                 flow.add_edge(host, "_sink")
     return float(nx.maximum_flow_value(flow, "_source", "_sink"))
+
+
+def hop_distances(neighbours, start) -> Dict[object, int]:
+    """BFS hop counts from ``start`` over an adjacency mapping (no graph needed,
+    so full-scale fabrics are measured without building a networkx graph)."""
+    dist = {start: 0}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for peer in neighbours[node]:
+            if peer not in dist:
+                dist[peer] = dist[node] + 1
+                queue.append(peer)
+    return dist

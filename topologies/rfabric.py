@@ -38,13 +38,12 @@ uplinks), ``gbps``, ``technology`` (OCS preset), ``circuits``.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
 import networkx as nx
 
-from topologies.counts import FabricCounts, cable_modules
+from topologies.counts import FabricCounts, cable_modules, hop_distances
 from topologies.fabric import Circuit, Fabric, FabricError, normalize_circuit
 
 CIRCUIT_SETS = ("mesh", "isolated", "none")
@@ -199,14 +198,7 @@ def _graph_diameter(count: int, edges) -> int:
         neighbours[b].add(a)
     worst = 0
     for start in range(count):
-        dist = {start: 0}
-        queue = deque([start])
-        while queue:
-            node = queue.popleft()
-            for peer in neighbours[node]:
-                if peer not in dist:
-                    dist[peer] = dist[node] + 1
-                    queue.append(peer)
+        dist = hop_distances(neighbours, start)
         if len(dist) < count:
             return -1
         worst = max(worst, max(dist.values()))

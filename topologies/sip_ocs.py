@@ -32,12 +32,11 @@ fabrics; an assumption, SiP-ML's own GPUs had more), ``technology``.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Dict, List, Set, Tuple
 
 import networkx as nx
 
-from topologies.counts import FabricCounts, cable_modules
+from topologies.counts import FabricCounts, cable_modules, hop_distances
 from topologies.fabric import HOST, Circuit, Fabric, FabricError, normalize_circuit
 
 CIRCUIT_SETS = ("ring-chords", "none")
@@ -97,14 +96,7 @@ def _eccentricity(gpus: int, ports_per_gpu: int) -> int:
         for a, b in plane_pairs(gpus, plane, ports_per_gpu):
             neighbours[a].append(b)
             neighbours[b].append(a)
-    dist = {0: 0}
-    queue = deque([0])
-    while queue:
-        node = queue.popleft()
-        for peer in neighbours[node]:
-            if peer not in dist:
-                dist[peer] = dist[node] + 1
-                queue.append(peer)
+    dist = hop_distances(neighbours, 0)
     return max(dist.values()) if len(dist) == gpus else -1
 
 

@@ -8,4 +8,7 @@ apt-get install -y -qq "linux-modules-extra-$(uname -r)" make python3-venv >/dev
 modprobe openvswitch || true
 modprobe sch_netem || true
 cd /testbed
+# The VM's own virtual environment: /testbed is the host's folder, whose .venv
+# (if any) was built for the host's Python.
+export VENV=/opt/fabric-emu-venv
 make test

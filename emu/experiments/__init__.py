@@ -1,6 +1,6 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
-from emu.experiments import allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc
+from emu.experiments import allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, rfabric
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
@@ -9,4 +9,5 @@ EXPERIMENTS = {
     "fabrics": fabrics,
     "pd-calc": pd_calc,
     "lab": lab,
+    "rfabric": rfabric,
 }

@@ -1,0 +1,199 @@
+"""The rfabric experiment's pure parts, and its iteration runner on a fake testbed:
+specs per fabric, the workload's phases, the proxy driven with real timestamps,
+exposed vs hidden reconfiguration, metrics and timeline."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from controllers.proxy_core import ControlProxy
+from emu import scenario as scenarios
+from emu.experiments import rfabric as rf
+from emu.scale import Scale
+from emu.schema import ScenarioError
+from emu.testbeds import combine_cpu
+from topologies import registry
+from traffic.replay import FlowResult
+from traffic.rlreplay import IterationRunner, PortAllocator, ready_time
+
+SCALE = Scale.from_rates(400, 10, tdf=100)
+
+
+def settings(**kw):
+    base = {k: f.default for k, f in rf.FIELDS.items()}
+    base.update(kw)
+    return base
+
+
+# ---------------------------------------------------------------- set-up
+def test_specs_match_the_rfabric_gpu_count():
+    specs = rf.fabric_specs("rfabric,pods=2,train_pods=1", rf.FABRICS, "piezo")
+    assert specs["fattree"] == "fattree,k=4"
+    assert specs["clos"] == "clos,gpus=16,radix=8,gpus_per_server=2"
+    assert specs["rfabric"].endswith("technology=piezo")
+    assert specs["sip-ocs"] == "sip-ocs,gpus=16,technology=piezo"
+    for name, spec in specs.items():
+        fabric = registry.build(spec)
+        assert len(fabric.hosts) == 16, name
+        assert fabric.hosts[:3] == ["h1", "h2", "h3"]
+    rfab = registry.build(specs["rfabric"])
+    assert {rfab.graph.nodes[o]["technology"] for o in rfab.ocs_switches} == {"piezo"}
+
+
+def test_check_names_the_key_and_the_allowed_values():
+    with pytest.raises(ScenarioError, match=r"'rfabric.fabrics' has 'zcube'; allowed: fattree"):
+        scenarios.load("rfabric", ["rfabric.fabrics=zcube"])
+    with pytest.raises(ScenarioError, match=r"rfabric.fabrics: 'fattree' has no k .* use 'clos'"):
+        scenarios.load("rfabric", ["fabric.spec=rfabric,pods=3,train_pods=1"])
+    with pytest.raises(ScenarioError, match=r"'rfabric.preset' has 'fast'; allowed: rotornet"):
+        scenarios.load("rfabric", ["rfabric.preset=fast"])
+    with pytest.raises(ScenarioError, match="repeats a fabric"):
+        scenarios.load("rfabric", ["rfabric.fabrics=rfabric,rfabric"])
+    with pytest.raises(ScenarioError, match="must be an rfabric spec"):
+        scenarios.load("rfabric", ["fabric.spec=fattree,k=4"])
+    loaded = scenarios.load("rfabric", ["rfabric.preset=piezo", "rfabric.fabrics=clos,rfabric"])
+    assert loaded.section["preset"] == "piezo" and loaded.experiment.OWNS_TESTBEDS
+
+
+def test_the_workload_has_the_same_phases_on_every_fabric():
+    cfg = rf.workload(settings())
+    assert cfg.world == 16
+    first = None
+    for spec in rf.fabric_specs("rfabric", ["fattree", "clos", "rfabric"], "mems").values():
+        sched = rf.schedule_for(cfg, registry.build(spec).hosts, SCALE, 4)
+        flows = [(f.id, f.src, f.dst, f.bytes) for p in sched.phases for f in p.dag.flows]
+        first = first or flows
+        assert flows == first, "the same flows whatever the fabric"
+    assert sched.names() == ["train-pp", "gen-pd", "response", "train-dp", "weight-sync"]
+    assert 10 <= sched.iteration_s <= 20, "an iteration of 10-20 emulated seconds"
+
+
+def test_ready_time_waits_for_dependencies_and_the_optimizer():
+    phase = SimpleNamespace(start_s=2.0, after=("train-dp", "response"), kind="weight-sync")
+    assert ready_time(phase, 100.0, {"train-dp": 105.0, "response": 101.0}, 3.0) == 108.0
+    assert ready_time(phase, 100.0, {"train-dp": 100.5, "response": 101.0}, 0.0) == 102.0
+
+
+def test_ports_are_never_reused_across_concurrent_replayers():
+    ports = PortAllocator(base=7000)
+    got = []
+    threads = [threading.Thread(target=lambda: got.extend(ports.next("h1") for _ in range(50)))
+               for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert sorted(got) == list(range(7000, 7200))
+
+
+# ---------------------------------------------------------------- the runner on fakes
+class FakeControl:
+    """Blocks for the dark time as the controller does, one request at a time."""
+
+    def __init__(self, delay_s):
+        self.delay_s, self.calls, self.lock = delay_s, [], threading.Lock()
+
+    def call(self, op, timeout=None, **args):
+        with self.lock:
+            start = time.time()
+            torn = time.time()
+            time.sleep(self.delay_s)
+            lit = time.time()
+            self.calls.append((op, args["ocs"]))
+            return {"timestamps": {"start": start, "torn": torn, "lit": lit,
+                                   "routes_restored": lit}, "dark_s": lit - torn}
+
+
+class FakeReplayer:
+    """Each flow takes its ideal time at 1 Gbit/s/1000 (fast), all at once."""
+
+    def __init__(self, bed, dag, mbps, work_dir, ports):
+        self.dag = dag
+
+    def run(self):
+        start = time.time()
+        time.sleep(0.05)
+        return [FlowResult(f.id, f.src, f.dst, f.bytes, f.step, f.group, start, time.time(),
+                           f.bytes, 1.0, 0, "ok") for f in self.dag.flows]
+
+
+def fake_run(mode, delay_s=0.2, iterations=2):
+    fabric = registry.build("rfabric")
+    cfg = rf.workload(settings(train_s=0.01, gen_s=0.008, optimizer_s=0.006))
+    sched = rf.schedule_for(cfg, fabric.hosts, Scale.from_rates(400, 10, tdf=100), 2)
+    bed = SimpleNamespace(fabric=fabric, control=FakeControl(delay_s),
+                          refresh_host_routes=lambda: None)
+    proxy = ControlProxy(fabric, mode=mode, tdf=delay_s / 0.010)     # mems: 10 ms real
+    runner = IterationRunner(bed, sched, "/tmp/unused", 10.0, optimizer_s=0.6, proxy=proxy,
+                             log=lambda m: None, replayer=FakeReplayer)
+    runner.run(iterations)
+    return runner, proxy, bed
+
+
+def test_proactive_hides_reconfiguration_from_iteration_2():
+    runner, proxy, bed = fake_run("proactive")
+    first, second = runner.iterations
+    assert first.exposed_s >= 2 * 0.2 * 0.9, "profiling: response and weight sync wait"
+    assert second.exposed_s < first.exposed_s / 2
+    rows = rf.proxy_rows(rf.FabricRecord("rfabric", "rfabric", runner.iterations, proxy))
+    assert sorted(rows) == [1, 2] and rows[2]["hidden_s"] > 0
+    assert len(bed.control.calls) == len(runner.dark_windows())
+    core = {o for o in bed.fabric.ocs_switches if bed.fabric.graph.nodes[o]["role"] == "core-ocs"}
+    assert {ocs for _, ocs in bed.control.calls} == core
+    assert not proxy.warnings
+
+
+def test_reactive_exposes_every_iteration():
+    runner, _, _ = fake_run("reactive")
+    first, second = runner.iterations
+    assert second.exposed_s >= 0.8 * first.exposed_s > 0
+
+
+def test_summarize_reports_normalized_throughput_exposure_and_the_timeline():
+    runner, proxy, _ = fake_run("proactive")
+    ft_runner, _, _ = fake_run("static")
+    records = [rf.FabricRecord("fattree", "fattree,k=4", ft_runner.iterations, None, [],
+                               ft_runner.base),
+               rf.FabricRecord("rfabric", "rfabric", runner.iterations, proxy,
+                               runner.dark_windows(), runner.base)]
+    flows = ft_runner.flows("fattree") + runner.flows("rfabric")
+    assert len({f.id for f in flows}) == len(flows), "unique ids across fabrics and iterations"
+    costs = rf.cost_rows(["fattree", "rfabric"], {"fattree": 1.0, "rfabric": 0.9}, 1024, 64)
+    outcome = rf.summarize(records, SCALE, flows, costs)
+    m = outcome.metrics
+    assert m["fattree"]["normalized_throughput_ratio"] == 1.0
+    assert m["rfabric"]["normalized_throughput_ratio"] == pytest.approx(
+        records[0].steady_s() / records[1].steady_s())
+    assert m["rfabric"]["exposed_reconfig_later_s"] < m["rfabric"]["exposed_reconfig_first_s"]
+    assert m["rfabric"]["iteration_real_ms"] == pytest.approx(m["rfabric"]["iteration_s"] * 10)
+    assert [r["fabric"] for r in m["cost"]] == ["fattree", "rfabric"]
+    assert m["cost"][0]["cost_efficiency_ratio"] == pytest.approx(1.0)
+    assert len(outcome.steps) == 4
+    dark = outcome.timeline["dark_windows"]
+    assert dark and all(w["end"] > w["start"] >= 0 for w in dark)
+    assert {s["label"] for s in outcome.timeline["series"]} == {
+        "train-pp", "gen-pd", "response", "train-dp", "weight-sync"}
+    assert {r["mode"] for r in m["reconfigurations"]} >= {"reactive", "proactive"}
+
+
+def test_throughput_series_spreads_bytes_over_bins():
+    flow = FlowResult("a", "h1", "h2", 1_000_000, 0, "x", start=10.0, end=12.0,
+                      status="ok")
+    series = rf.throughput_series([flow], 10.0, bin_s=0.5)["x"]
+    assert [p[0] for p in series] == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert series[0][1] == pytest.approx(4.0) and series[-1][1] == 0.0
+
+
+def test_cpu_summaries_combine_weighted():
+    a = {"machine_cpu_pct": {"mean": 10.0, "max": 20.0}, "cores": 2, "samples": 1,
+         "interval_s": 0.5, "processes": {"ovs-vswitchd": {"mean_pct_of_core": 10.0,
+                                                            "max_pct_of_core": 30.0,
+                                                            "pids": [1], "found": True}}}
+    b = {"machine_cpu_pct": {"mean": 40.0, "max": 50.0}, "cores": 2, "samples": 3,
+         "interval_s": 0.5, "processes": {"ovs-vswitchd": {"mean_pct_of_core": 50.0,
+                                                            "max_pct_of_core": 60.0,
+                                                            "pids": [2], "found": True}}}
+    both = combine_cpu([a, b])
+    assert both["machine_cpu_pct"] == {"mean": pytest.approx(32.5), "max": 50.0}
+    assert both["processes"]["ovs-vswitchd"]["pids"] == [1, 2] and both["samples"] == 4
+    assert combine_cpu([]) is None

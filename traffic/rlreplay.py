@@ -1,0 +1,310 @@
+"""Replay RL iterations (`traffic.phases.Schedule`) on a testbed, phase by phase,
+optionally driving the RFabric control proxy (`controllers.proxy_core`).
+
+Each phase of an iteration runs in its own thread with its own `Replayer`, so
+phases that overlap in the one-step asynchronous layout (Train of batch i,
+Gen of batch i+1) overlap on the wire too.  A phase starts at its planned
+offset from the iteration's start (``Phase.start_s``: the compute before it)
+and not before every phase in ``Phase.after`` has ended; the weight sync also
+waits ``optimizer_s`` after the DP all-reduce ends (the optimizer step runs
+between them).  So a phase that ran late (TCP, contention, circuits)
+delays the phases that wait for it, as it would a real job.
+
+With a proxy, the runner reports phase events with its clock (seconds since
+the first iteration started) and sends the requests it gets back over the
+control channel.  Every request goes through one `ControlWorker` thread in
+order (the controller serialises reconfigurations anyway, and one Unix
+socket carries one request at a time): proactive requests are queued and
+the runner goes on; a phase that starts waits for every queued or running
+reconfiguration of the OCS its template names, so on-demand (blocking)
+requests are waited for before its flows start.  The wait between a phase
+being ready and its flows starting is its *stall*: the reconfiguration time
+the phase exposed.  When a reconfiguration completes, the proxy's record of
+it gets the measured ready time (``routes_restored`` of the reply), and the
+runner's copy of the fabric gets the new circuits (and, for fabrics whose
+GPUs forward, new host routes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from emu import hostroutes
+from traffic.replay import BASE_PORT, FlowResult, Replayer
+
+RECONFIG_TIMEOUT_S = 120.0
+MAX_PORT = 65000
+
+
+class PortAllocator:
+    """iperf3 ports per host, shared by concurrent replayers (never reused in a run)."""
+
+    def __init__(self, base: int = BASE_PORT, top: int = MAX_PORT):
+        self.base, self.top = base, top
+        self._next: Dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def next(self, host: str) -> int:
+        with self._lock:
+            port = self._next.get(host, self.base)
+            if port > self.top:
+                raise RuntimeError(f"{host}: no iperf3 port left in {self.base}..{self.top}")
+            self._next[host] = port + 1
+            return port
+
+
+class PhaseReplayer(Replayer):
+    """A `Replayer` that takes its ports from a shared `PortAllocator`."""
+
+    def __init__(self, *args, ports: PortAllocator, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ports = ports
+
+    def _next_port(self, host: str) -> int:
+        return self.ports.next(host)
+
+
+@dataclass
+class Reply:
+    """A reconfiguration the controller carried out (epoch timestamps)."""
+
+    ocs: str
+    request: dict
+    stamps: Dict[str, float]
+    dark_s: float
+
+
+class ControlWorker:
+    """Sends control-channel requests one at a time, in order, from one thread."""
+
+    def __init__(self, bed, on_done: Callable[[Reply, object], None]):
+        self.bed = bed
+        self.on_done = on_done
+        self.replies: List[Reply] = []
+        self.errors: List[str] = []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="control")
+        self._latest: Dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, request: dict, record=None) -> Future:
+        future = self._pool.submit(self._send, request, record)
+        with self._lock:
+            self._latest[request["ocs"]] = future
+        return future
+
+    def _send(self, request: dict, record) -> Reply:
+        args = {k: v for k, v in request.items() if k != "op"}
+        try:
+            answer = self.bed.control.call(request["op"], timeout=RECONFIG_TIMEOUT_S, **args)
+        except Exception as exc:
+            self.errors.append(f"{request['op']} {request['ocs']}: {exc}")
+            raise
+        self.bed.fabric.set_circuits(request["ocs"], [tuple(c) for c in request["circuits"]])
+        if hostroutes.needs_host_routes(self.bed.fabric):
+            self.bed.refresh_host_routes()
+        reply = Reply(request["ocs"], request, answer["timestamps"], answer["dark_s"])
+        self.replies.append(reply)
+        self.on_done(reply, record)
+        return reply
+
+    def wait(self, ocs: Sequence[str]) -> None:
+        """Until every reconfiguration queued so far for these OCS is done."""
+        with self._lock:
+            futures = [self._latest[o] for o in ocs if o in self._latest]
+        for future in futures:
+            future.result(timeout=RECONFIG_TIMEOUT_S)
+
+    def drain(self) -> None:
+        with self._lock:
+            futures = list(self._latest.values())
+        for future in futures:
+            try:
+                future.result(timeout=RECONFIG_TIMEOUT_S)
+            except Exception:      # already in self.errors
+                pass
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class PhaseRun:
+    iteration: int
+    name: str
+    kind: str
+    ready: float = 0.0            # deps done and compute over (epoch s)
+    start: float = 0.0            # flows released (after any wait for circuits)
+    end: float = 0.0
+    flows: List[FlowResult] = field(default_factory=list)
+
+    @property
+    def stall_s(self) -> float:
+        return max(0.0, self.start - self.ready)
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+@dataclass
+class IterationRun:
+    iteration: int
+    start: float
+    end: float = 0.0
+    phases: List[PhaseRun] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def exposed_s(self) -> float:
+        """Wall time phases waited for circuits, summed over the phases."""
+        return sum(p.stall_s for p in self.phases)
+
+
+def ready_time(phase, t0: float, ends: Dict[str, float], optimizer_s: float) -> float:
+    """When a phase may start: its planned offset, its dependencies' ends, and
+    for the weight sync the optimizer step after the DP all-reduce."""
+    ready = t0 + phase.start_s
+    for name in phase.after:
+        ready = max(ready, ends[name])
+    if phase.kind == "weight-sync" and "train-dp" in ends:
+        ready = max(ready, ends["train-dp"] + optimizer_s)
+    return ready
+
+
+class IterationRunner:
+    """Runs ``iterations`` of a schedule on one testbed; see the module docstring."""
+
+    def __init__(self, bed, schedule, work_dir: Path, expected_mbps: float,
+                 optimizer_s: float = 0.0, proxy=None, log: Callable[[str], None] = print,
+                 replayer=PhaseReplayer):
+        self.bed, self.schedule, self.work_dir = bed, schedule, Path(work_dir)
+        self.replayer = replayer          # (bed, dag, mbps, work_dir, ports=) -> .run()
+        self.expected_mbps, self.optimizer_s = expected_mbps, optimizer_s
+        self.proxy, self.log = proxy, log
+        self.ports = PortAllocator()
+        self.base = 0.0
+        self.iterations: List[IterationRun] = []
+        self._proxy_lock = threading.Lock()
+        self.worker: Optional[ControlWorker] = None
+
+    # ------------------------------------------------------------ proxy
+    def _clock(self, t: float) -> float:
+        return t - self.base
+
+    def _send(self, decide: Callable[[], object]) -> List[Future]:
+        """Ask the proxy (under its lock) and queue its requests."""
+        with self._proxy_lock:
+            before = len(self.proxy.reconfigs)
+            decision = decide()
+            records = self.proxy.reconfigs[before:]
+        if len(records) != len(decision.requests):
+            raise RuntimeError("proxy returned requests it did not record")
+        return [self.worker.submit(req, rec) for req, rec in zip(decision.requests, records)]
+
+    def _reconfigured(self, reply: Reply, record) -> None:
+        if record is not None:
+            with self._proxy_lock:
+                record.ready_s = self._clock(reply.stamps["routes_restored"])
+
+    # ------------------------------------------------------------ phases
+    def _run_phase(self, run: PhaseRun, phase, t0: float, ends: Dict[str, float],
+                   done: Dict[str, threading.Event], failed: List[str]) -> None:
+        try:
+            for name in phase.after:
+                done[name].wait()
+            if failed:
+                return
+            run.ready = ready_time(phase, t0, ends, self.optimizer_s)
+            delay = run.ready - time.time()
+            if delay > 0:
+                time.sleep(delay)      # the compute before the phase: time is the condition
+            run.ready = max(run.ready, time.time())
+            if self.proxy is not None:
+                self._send(lambda: self.proxy.phase_started(
+                    phase.name, phase.kind, self._clock(run.ready), phase.pairs()))
+                self.worker.wait(self.proxy.cache[phase.name].ocs)
+            run.start = time.time()
+            replayer = self.replayer(self.bed, phase.dag, self.expected_mbps,
+                                     self.work_dir / f"i{run.iteration}" / phase.name,
+                                     ports=self.ports)
+            run.flows = replayer.run()
+            run.end = time.time()
+            bad = [f for f in run.flows if f.status != "ok"]
+            if bad:
+                failed.append(f"{phase.name}: {len(bad)} of {len(run.flows)} flows failed "
+                              f"({bad[0].id}: {bad[0].status} {bad[0].error})")
+            if self.proxy is not None:
+                self._send(lambda: self.proxy.phase_ended(phase.name, self._clock(run.end)))
+        except BaseException as exc:
+            failed.append(f"{phase.name}: {type(exc).__name__}: {exc}")
+            run.end = run.end or time.time()
+        finally:
+            ends[phase.name] = run.end or time.time()
+            done[phase.name].set()
+
+    def _iteration(self, index: int, last: bool) -> IterationRun:
+        t0 = time.time()
+        it = IterationRun(index, t0)
+        if self.proxy is not None:
+            self._send(lambda: self.proxy.begin_iteration(self._clock(t0)))
+        ends: Dict[str, float] = {}
+        done = {p.name: threading.Event() for p in self.schedule.phases}
+        failed: List[str] = []
+        threads = []
+        for phase in self.schedule.phases:
+            run = PhaseRun(index, phase.name, phase.kind)
+            it.phases.append(run)
+            thread = threading.Thread(target=self._run_phase, name=f"phase-{phase.name}",
+                                      args=(run, phase, t0, ends, done, failed), daemon=True)
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)         # short joins: signals reach the main thread
+        it.end = max([t0] + list(ends.values()))
+        if failed:
+            raise RuntimeError(f"iteration {index}: " + "; ".join(failed))
+        if self.proxy is not None:
+            if last:   # the proxy plans ahead for an iteration that will not come
+                with self._proxy_lock:
+                    self.proxy.end_iteration(self._clock(it.end))
+            else:
+                self._send(lambda: self.proxy.end_iteration(self._clock(it.end)))
+        return it
+
+    def run(self, iterations: int) -> List[IterationRun]:
+        self.worker = ControlWorker(self.bed, self._reconfigured)
+        self.base = time.time()
+        try:
+            for index in range(1, iterations + 1):
+                it = self._iteration(index, index == iterations)
+                self.iterations.append(it)
+                self.log(f"    iteration {index}: {it.duration_s:.2f} s, phases waited "
+                         f"{it.exposed_s:.2f} s for circuits")
+            self.worker.drain()
+        finally:
+            self.worker.close()
+        if self.worker.errors:
+            raise RuntimeError("reconfiguration failed: " + "; ".join(self.worker.errors))
+        return self.iterations
+
+    # ------------------------------------------------------------ results
+    def flows(self, prefix: str) -> List[FlowResult]:
+        """Every flow, its id made unique across iterations: ``{prefix}-i{n}-{id}``."""
+        return [dataclasses.replace(f, id=f"{prefix}-i{p.iteration}-{f.id}")
+                for it in self.iterations for p in it.phases for f in p.flows]
+
+    def dark_windows(self) -> List[dict]:
+        """Each reconfiguration's dark time, torn to lit, epoch seconds."""
+        return [{"ocs": r.ocs, "torn": r.stamps["torn"], "lit": r.stamps["lit"],
+                 "start": r.stamps["start"], "ready": r.stamps["routes_restored"],
+                 "dark_s": r.dark_s} for r in (self.worker.replies if self.worker else [])]
