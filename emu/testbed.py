@@ -73,13 +73,23 @@ def _quiet_htb_quantum_warnings() -> None:
         lg.addFilter(_DropHtbQuantum())
 
 
+# Mininet types commands into each node's shell through a pty, whose line
+# discipline cuts lines at 4096 characters: batches stay well below that.
+MAX_COMMAND_LINE = 3000
+
+
 def _run_batch(node, commands, what: str) -> None:
-    """Run commands in a node's shell in one round trip; any output is an error."""
-    if not commands:
-        return
-    out = node.cmd(" ; ".join(commands))
-    if out.strip():
-        raise TestbedError(f"{node.name}: could not {what}: {out.strip()[:500]}")
+    """Run commands in a node's shell in as few round trips as fit a line;
+    any output is an error."""
+    batch: list = []
+    for command in list(commands) + [None]:
+        if batch and (command is None or len(" ; ".join(batch + [command])) > MAX_COMMAND_LINE):
+            out = node.cmd(" ; ".join(batch))
+            if out.strip():
+                raise TestbedError(f"{node.name}: could not {what}: {out.strip()[:500]}")
+            batch = []
+        if command is not None:
+            batch.append(command)
 
 
 def free_loopback_port() -> int:

@@ -195,6 +195,7 @@ class IterationRunner:
         self.iterations: List[IterationRun] = []
         self._proxy_lock = threading.Lock()
         self.worker: Optional[ControlWorker] = None
+        self.total = 0
 
     # ------------------------------------------------------------ proxy
     def _clock(self, t: float) -> float:
@@ -208,7 +209,9 @@ class IterationRunner:
             records = self.proxy.reconfigs[before:]
         if len(records) != len(decision.requests):
             raise RuntimeError("proxy returned requests it did not record")
-        return [self.worker.submit(req, rec) for req, rec in zip(decision.requests, records)]
+        # What the proxy plans for an iteration after the last is not sent.
+        return [self.worker.submit(req, rec) for req, rec in zip(decision.requests, records)
+                if rec.iteration <= self.total]
 
     def _reconfigured(self, reply: Reply, record) -> None:
         if record is not None:
@@ -251,7 +254,7 @@ class IterationRunner:
             ends[phase.name] = run.end or time.time()
             done[phase.name].set()
 
-    def _iteration(self, index: int, last: bool) -> IterationRun:
+    def _iteration(self, index: int) -> IterationRun:
         t0 = time.time()
         it = IterationRun(index, t0)
         if self.proxy is not None:
@@ -274,19 +277,16 @@ class IterationRunner:
         if failed:
             raise RuntimeError(f"iteration {index}: " + "; ".join(failed))
         if self.proxy is not None:
-            if last:   # the proxy plans ahead for an iteration that will not come
-                with self._proxy_lock:
-                    self.proxy.end_iteration(self._clock(it.end))
-            else:
-                self._send(lambda: self.proxy.end_iteration(self._clock(it.end)))
+            self._send(lambda: self.proxy.end_iteration(self._clock(it.end)))
         return it
 
     def run(self, iterations: int) -> List[IterationRun]:
         self.worker = ControlWorker(self.bed, self._reconfigured)
+        self.total = iterations
         self.base = time.time()
         try:
             for index in range(1, iterations + 1):
-                it = self._iteration(index, index == iterations)
+                it = self._iteration(index)
                 self.iterations.append(it)
                 self.log(f"    iteration {index}: {it.duration_s:.2f} s, phases waited "
                          f"{it.exposed_s:.2f} s for circuits")

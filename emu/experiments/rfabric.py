@@ -82,7 +82,7 @@ FIELDS = {
     "mode": Field(str, "proactive", "control proxy mode on rfabric", choices=list(MODES)),
     "workload": Field(str, "toy-16", "RL workload", choices=sorted(WORKLOADS)),
     "train_s": Field(float, 0.08, "Train compute per iteration, real s (x tdf)", minimum=0.0),
-    "gen_s": Field(float, 0.06, "Gen compute per iteration, real s (x tdf)", minimum=0.0),
+    "gen_s": Field(float, 0.1, "Gen compute per iteration, real s (x tdf)", minimum=0.0),
     "optimizer_s": Field(float, 0.03, "optimizer step between the DP all-reduce and the "
                          "weight sync, real s (x tdf)", minimum=0.0),
     "max_ops": Field(int, 4, "replayed operations per communication (coalesced)",

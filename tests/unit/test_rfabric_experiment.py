@@ -197,3 +197,11 @@ def test_cpu_summaries_combine_weighted():
     assert both["machine_cpu_pct"] == {"mean": pytest.approx(32.5), "max": 50.0}
     assert both["processes"]["ovs-vswitchd"]["pids"] == [1, 2] and both["samples"] == 4
     assert combine_cpu([]) is None
+
+
+def test_nothing_is_sent_for_an_iteration_after_the_last():
+    runner, proxy, bed = fake_run("proactive", iterations=1)
+    sent = len(bed.control.calls)
+    assert sent == 4, "iteration 1: response and weight sync, two core planes each"
+    assert len(proxy.reconfigs) > sent, "the proxy planned iteration 2 all the same"
+    assert all(r.iteration == 2 for r in proxy.reconfigs[sent:])
