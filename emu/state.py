@@ -14,8 +14,9 @@ import os
 import re
 import signal
 import subprocess
-import time
 from typing import List, Optional
+
+from emu.waiting import WaitTimeout, wait_until
 
 RUN_DIR = os.environ.get("FABRIC_EMU_RUN_DIR", "/run/fabric-emu")
 LOCK_PATH = os.path.join(RUN_DIR, "lock")
@@ -109,9 +110,11 @@ def kill_owned(grace_s: float = 3.0) -> List[str]:
     alive = [e for e in owned_pids() if _alive_and_ours(e)]
     for entry in alive:
         _signal(entry["pid"], signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive_and_ours(e) for e in alive):
-        time.sleep(0.05)
+    try:
+        wait_until(lambda: not any(_alive_and_ours(e) for e in alive), grace_s,
+                   "recorded processes to exit")
+    except WaitTimeout:
+        pass  # the stragglers get SIGKILL below
     for entry in alive:
         if _alive_and_ours(entry):
             _signal(entry["pid"], signal.SIGKILL)
