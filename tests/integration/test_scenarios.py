@@ -49,7 +49,7 @@ def test_ocs_reconfig_end_to_end(tmp_path):
     for row in rows:
         assert row["measured_blackout_ms"] is not None, row
         # Measured from the capture: it must be there and of the injected order.
-        assert row["injected_ms"] * 0.7 <= row["measured_blackout_ms"] <= row["injected_ms"] + 30, row
+        assert row["injected_ms"] * 0.5 <= row["measured_blackout_ms"] <= row["injected_ms"] + 30, row
         assert row["goodput_before_mbps"] > 0 and row["goodput_after_mbps"] > 0, row
     assert list((run / "captures").glob("*.pcap")), "no capture in the results"
     assert_no_leftovers()
