@@ -475,10 +475,10 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
         if isinstance(link, (int, float)):
             parts.append(f"links {scale.format_rate(link)}")
         rows.append(("Fabric", "; ".join(parts)))
+        rows.append(("Scale", scale.describe()))
+        rows.append(("Datapath", datapath_text))
     else:
-        rows.append(("Fabric", "not recorded"))
-    rows.append(("Scale", scale.describe()))
-    rows.append(("Datapath", datapath_text))
+        rows.append(("Fabric", "none: this scenario builds no network (a calculation)"))
     if versions:
         rows.append(("Versions", ", ".join(f"{name} {version}" for name, version
                                            in sorted(versions.items()))))
@@ -732,7 +732,9 @@ def write_report(run_dir) -> List[Path]:
     result = load_result(run_dir)
     scale = scale_of(result, run_dir / RESULT_FILE)
     flows = load_flows(run_dir)
-    plots = [plot_timeline(result, run_dir / TIMELINE_PNG, scale)]
+    # A calculation (cost, fabrics, pd-calc) has no timeline to draw.
+    plots = [plot_timeline(result, run_dir / TIMELINE_PNG, scale)] \
+        if result.get("timeline") or result.get("fabric") else []
     if result.get("steps"):
         plots.append(plot_steps(result, run_dir / STEPS_PNG, scale))
     report = run_dir / REPORT_FILE
