@@ -27,6 +27,7 @@ from traffic.iperf_worker import SERVER_READY, ClientSpec, server_command
 BASE_PORT = 5201
 MIN_FLOW_TIMEOUT_S = 30.0
 AGENT_START_TIMEOUT_S = 30.0
+ARM_AHEAD_S = 2.0
 
 
 @dataclass
@@ -130,13 +131,27 @@ def reap(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
 
 
 class Replayer:
+    """Replay a DAG; ``gate`` and ``on_done`` let a caller hold flows back.
+
+    ``gate(flow)`` is asked whenever a flow is otherwise due (its time has
+    come and its dependencies are done); a False keeps it waiting, and it is
+    asked again after the next flow finishes: KV ingress credits are such a
+    gate.  ``on_done(result)`` is told of every finished flow (to release
+    credit, say).  Flows are armed at most ``ARM_AHEAD_S`` before they are
+    due, so a long open-loop stream never holds hundreds of idle processes.
+    """
+
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
-                 progress: Optional[Callable[[int, int], None]] = None):
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 gate: Optional[Callable[[Flow], bool]] = None,
+                 on_done: Optional[Callable[[FlowResult], None]] = None):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
         self.work_dir = Path(work_dir)
         self.progress = progress
+        self.gate = gate
+        self.on_done = on_done
         self.t0 = 0.0
         self._ports: Dict[str, int] = {}
 
@@ -184,9 +199,12 @@ class Replayer:
 
             while len(done) < len(flows):
                 self.bed.check_controller()
-                # Arm the next wave: every flow whose dependencies have all fired.
+                # Arm the next wave: every flow whose dependencies have all fired
+                # (and, for a flow due at a time, that time is near).
                 for fid in order:
-                    if fid not in armed and all(d in fired for d in flows[fid].after):
+                    flow = flows[fid]
+                    if fid not in armed and all(d in fired for d in flow.after) and \
+                            (flow.after or time.time() >= self.t0 + flow.at_s - ARM_AHEAD_S):
                         arm(fid)
                 now = time.time()
                 next_start = None
@@ -197,10 +215,16 @@ class Replayer:
                         continue
                     ready_at = max([results[d].end for d in flow.after] or [self.t0]) + flow.at_s
                     if now >= ready_at:
-                        agents[flow.dst].send({"op": "go", "id": fid})
-                        fired[fid] = now
+                        if self.gate is None or self.gate(flow):
+                            agents[flow.dst].send({"op": "go", "id": fid})
+                            fired[fid] = now
                     else:
                         next_start = ready_at if next_start is None else min(next_start, ready_at)
+                if next_start is None:
+                    # Wake up to arm a time-based flow that is not armed yet.
+                    pending = [self.t0 + flows[f].at_s - ARM_AHEAD_S for f in order
+                               if f not in armed and not flows[f].after]
+                    next_start = min(pending) if pending else None
                 wait_s = 1.0 if next_start is None else max(0.0, next_start - time.time())
                 try:
                     event = events.get(timeout=min(wait_s, 1.0))
@@ -221,6 +245,8 @@ class Replayer:
                         results[fid].error = f"no result after {self._timeout_s(flows[fid]):.0f} s"
                         results[fid].start, results[fid].end = fired_at, time.time()
                         done.add(fid)
+                        if self.on_done:
+                            self.on_done(results[fid])
                 if self.progress:
                     self.progress(len(done), len(flows))
         finally:
@@ -242,6 +268,8 @@ class Replayer:
                 results[fid].status, results[fid].error = "failed", f"no result file: {exc}"
                 results[fid].start = results[fid].end = time.time()
             done.add(fid)
+            if self.on_done:
+                self.on_done(results[fid])
         elif kind == "agent-exit":
             raise RuntimeError(f"host agent on {event['host']} exited during the replay")
 

@@ -29,6 +29,17 @@ weighted by the measured normalized throughput.  The timeline has one
 throughput series per phase kind over the whole run and the circuits' dark
 windows (torn to lit, from the controller's replies); ``phase_spans`` lists
 every phase occurrence.
+
+Runs (as root)::
+
+  .venv/bin/python -m emu.run rfabric                      # FT and RFabric, 3D MEMS
+  .venv/bin/python -m emu.run rfabric --set rfabric.preset=piezo
+  .venv/bin/python -m emu.run rfabric --set fabrics=fattree,clos,fattree-os,roft,sip-ocs,rfabric
+  .venv/bin/python -m emu.run rfabric --set rfabric.mode=reactive
+
+Each fabric takes about a minute for two iterations (sip-ocs two: its GPUs
+forward, over 100G ports).  Results: ``<run>/<fabric>/`` holds each
+testbed's controller.log, dumps/ and per-flow iperf3 JSON.
 """
 
 from __future__ import annotations
@@ -320,7 +331,10 @@ def cost_rows(names, normalized: Dict[str, Optional[float]], gpus: int, radix: i
     """Cost and throughput-weighted cost-efficiency (vs FT) at full scale."""
     model = {n: COST_NAME.get(n, n) for n in names}
     wanted = list(dict.fromkeys(["clos"] + list(model.values())))
-    performance = {model[n]: v for n, v in normalized.items() if v is not None}
+    performance: Dict[str, float] = {}
+    for name in names:          # fattree and clos are both the cost model's FT: first wins
+        if normalized.get(name) is not None:
+            performance.setdefault(model[name], normalized[name])
     rows = cost.rfabric_rows([gpus], [radix], wanted, performance=performance)
     out = []
     for name in names:

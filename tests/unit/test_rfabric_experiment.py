@@ -112,19 +112,21 @@ class FakeReplayer:
 
     def run(self):
         start = time.time()
-        time.sleep(0.05)
+        time.sleep(0.02)
         return [FlowResult(f.id, f.src, f.dst, f.bytes, f.step, f.group, start, time.time(),
                            f.bytes, 1.0, 0, "ok") for f in self.dag.flows]
 
 
-def fake_run(mode, delay_s=0.2, iterations=2):
+def fake_run(mode, delay_s=0.05, iterations=2):
+    """Fast timings: Train 0.3 s, Gen 0.25 s (responses from 0.06 s), optimizer 0.15 s;
+    a core change (two planes) takes 0.1 s."""
     fabric = registry.build("rfabric")
-    cfg = rf.workload(settings(train_s=0.01, gen_s=0.008, optimizer_s=0.006))
+    cfg = rf.workload(settings(train_s=0.003, gen_s=0.0025, optimizer_s=0.0015))
     sched = rf.schedule_for(cfg, fabric.hosts, Scale.from_rates(400, 10, tdf=100), 2)
     bed = SimpleNamespace(fabric=fabric, control=FakeControl(delay_s),
                           refresh_host_routes=lambda: None)
     proxy = ControlProxy(fabric, mode=mode, tdf=delay_s / 0.010)     # mems: 10 ms real
-    runner = IterationRunner(bed, sched, "/tmp/unused", 10.0, optimizer_s=0.6, proxy=proxy,
+    runner = IterationRunner(bed, sched, "/tmp/unused", 10.0, optimizer_s=0.15, proxy=proxy,
                              log=lambda m: None, replayer=FakeReplayer)
     runner.run(iterations)
     return runner, proxy, bed
@@ -133,7 +135,7 @@ def fake_run(mode, delay_s=0.2, iterations=2):
 def test_proactive_hides_reconfiguration_from_iteration_2():
     runner, proxy, bed = fake_run("proactive")
     first, second = runner.iterations
-    assert first.exposed_s >= 2 * 0.2 * 0.9, "profiling: response and weight sync wait"
+    assert first.exposed_s >= 4 * 0.05 * 0.9, "profiling: response and weight sync wait"
     assert second.exposed_s < first.exposed_s / 2
     rows = rf.proxy_rows(rf.FabricRecord("rfabric", "rfabric", runner.iterations, proxy))
     assert sorted(rows) == [1, 2] and rows[2]["hidden_s"] > 0
@@ -205,3 +207,13 @@ def test_nothing_is_sent_for_an_iteration_after_the_last():
     assert sent == 4, "iteration 1: response and weight sync, two core planes each"
     assert len(proxy.reconfigs) > sent, "the proxy planned iteration 2 all the same"
     assert all(r.iteration == 2 for r in proxy.reconfigs[sent:])
+
+
+def test_cost_rows_take_the_ft_reference_first():
+    rows = rf.cost_rows(["fattree", "clos", "rfabric"],
+                        {"fattree": 1.0, "clos": 1.2, "rfabric": 0.9}, 1024, 64)["rows"]
+    by = {r["fabric"]: r for r in rows}
+    assert by["fattree"]["throughput_ratio"] == by["clos"]["throughput_ratio"] == 1.0
+    assert by["fattree"]["cost_model"] == "FT"
+    assert by["rfabric"]["cost_efficiency_ratio"] == pytest.approx(
+        0.9 / by["rfabric"]["cost_total_usd"] * by["fattree"]["cost_total_usd"])
