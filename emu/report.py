@@ -739,6 +739,7 @@ def write_report(run_dir) -> List[Path]:
     if result.get("steps"):
         plots.append(plot_steps(result, run_dir / STEPS_PNG, scale))
     plots += write_rl_plots(result, run_dir)
+    plots += __import__("emu.pd_plots", fromlist=["write_pd_plots"]).write_pd_plots(result, run_dir)
     report = run_dir / REPORT_FILE
     report.write_text(render_markdown(result, flows, scale, run_dir, plots),
                       encoding="utf-8")

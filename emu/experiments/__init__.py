@@ -1,6 +1,6 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
-from emu.experiments import allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, rfabric
+from emu.experiments import allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, pd_inference, rfabric
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
@@ -10,4 +10,5 @@ EXPERIMENTS = {
     "pd-calc": pd_calc,
     "lab": lab,
     "rfabric": rfabric,
+    "pd-inference": pd_inference,
 }

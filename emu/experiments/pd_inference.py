@@ -1,0 +1,437 @@
+"""Prefill/decode inference on several fabrics: TTFT measured on real KV flows.
+
+The same seeded request stream (`traffic.requests`, one of section 4's
+profiles, ``requests`` requests at ``rate_per_s`` real requests per second)
+is served on each fabric of ``fabrics``, one testbed at a time
+(``OWNS_TESTBEDS``: `emu.testbeds`).  Every fabric has the same GPU count
+(``[fabric] spec`` is the ZCube reference: ``zcube,n=4,gpus_per_server=2``
+is 16 GPUs; ROFT and RailFly are built at its GPU count, `fabric_specs`) and
+is cut into nodes of ``tp`` GPUs (`traffic.placement.Topology`).
+
+Per fabric:
+
+* **placement** (`traffic.placement`): affinity tiles (``tile``, hashed
+  across the switches) or the zone baseline (``placement = "zone"``);
+* **pairing** (`traffic.pairing`): fixed, random, score or sticky;
+* **prefill** on P: ``prefill_ms_per_ktoken`` real ms per 1K new tokens
+  (x tdf), one request at a time per P (FIFO): the P queue is planned
+  before the replay (`plan`), since prefill is not emulated;
+* **KV transfer** (`traffic.kvflows`): one flow per TP rank, rank i -> rank
+  i (on ZCube over the dual paths, ``path_strategy``), KV bytes x bw_factor
+  x tdf, starting when the prefill ends;
+* **KV ingress credits** (`traffic.credits`) as the replayer's gate: each D
+  accepts ``d_credits`` requests' KV at once; one request is one stream,
+  all its rank flows admitted together, released when its last flow ends.
+
+TTFT per request = the end of its last KV flow - its arrival, i.e. the P
+queue + prefill compute + credit wait (and flow start-up) + the measured KV
+transfer; decode is not modelled (the first token follows the KV).  Reported
+per fabric: TTFT P50/P95/P99 (emulated and real), throughput in requests
+per emulated (and real) second (served / (last KV end - first arrival)), KV
+transfer P99 (last end - first start of a request's flows), peak concurrent
+KV streams per D measured from the flows' start and end next to the credit
+limit, and the network cost at ``cost_gpus`` GPUs (`topologies.cost`; not
+every fabric has a cost model at every scale, then a warning says so).
+
+Runs (as root)::
+
+  .venv/bin/python -m emu.run pd-inference
+  .venv/bin/python -m emu.run pd-inference --set pd-inference.pairing=score
+  .venv/bin/python -m emu.run pd-inference --set fabrics=zcube,roft,railfly
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from emu.experiments.base import Context, Outcome
+from emu.schema import Field
+from topologies import catalog, cost, registry
+from topologies.fabric import FabricError
+from traffic import kvcache
+from traffic import requests as rq
+from traffic.credits import Credits
+from traffic.flows import FlowDag
+from traffic.kvflows import STRATEGIES, KvTransfer, kv_transfer
+from traffic.pairing import PAIRINGS, ClusterState, pairing
+from traffic.placement import TILES, Placement, PlacementError, Topology, placement
+from traffic.replay import Replayer
+
+SECTION = "pd-inference"
+SUMMARY = "the same seeded P/D request stream on ZCube and ROFT (and RailFly): TTFT P50/P95/" \
+          "P99, throughput, KV P99, peak KV streams per D, cost"
+NEEDS_EMULATION = True
+OWNS_TESTBEDS = True
+FABRICS = ("zcube", "roft", "railfly")
+NOT_FITTING = {"rail-fabric": "its smallest build does not split into TP nodes at the "
+                              "reference GPU count with one NIC per GPU"}
+
+FIELDS = {
+    "fabrics": Field(list, ["zcube", "roft"], "fabrics to compare, in order, all at the GPU "
+                     "count of fabric.spec", item=str),
+    "workload": Field(str, "deep-thinking", "request profile (section 4)",
+                      choices=sorted(rq.WORKLOADS)),
+    "requests": Field(int, 16, "requests in the stream", minimum=1, maximum=200),
+    "rate_per_s": Field(float, 10.0, "arrival rate, real requests per second", minimum=0.01),
+    "seed": Field(int, 1, "stream, placement and random pairing seed"),
+    "tp": Field(int, 2, "GPUs per P or D node (TP size)", minimum=1),
+    "placement": Field(str, "tiles", "affinity tiles or the zone baseline",
+                       choices=["tiles", "zone"]),
+    "tile": Field(str, "3p2d", "tile shape (P+D per tile)", choices=sorted(TILES)),
+    "pairing": Field(str, "fixed", "P/D pairing strategy", choices=list(PAIRINGS)),
+    "path_strategy": Field(str, "tp-rank", "ZCube dual-path choice", choices=list(STRATEGIES)),
+    "d_credits": Field(int, 2, "KV streams (requests) a D accepts at once", minimum=1,
+                       maximum=8),
+    "prefill_ms_per_ktoken": Field(float, 10.0, "prefill compute, real ms per 1K new prompt "
+                                   "tokens (x tdf)", minimum=0.0),
+    "cost_gpus": Field(int, 16384, "GPU count of the network cost comparison", minimum=256),
+    "cost_radix": Field(int, 64, "EPS radix of the cost comparison", choices=[64, 128]),
+    "lock_wait_s": Field(float, 600.0, "how long a later fabric waits for the run lock if "
+                         "another emulation took it between fabrics", minimum=0.0),
+}
+
+
+# ---------------------------------------------------------------- fabrics (pure)
+def gpu_count(fabric) -> int:
+    return len({fabric.graph.nodes[h].get("gpu", i) for i, h in enumerate(fabric.hosts)})
+
+
+def fabric_specs(spec: str, names: Sequence[str]) -> Dict[str, str]:
+    """Spec of each fabric at the GPU count and GPUs per server of ``spec`` (a ZCube);
+    raises ValueError naming ``pd-inference.fabrics`` and the allowed values."""
+    allowed = ", ".join(FABRICS)
+    reference = registry.build(spec)
+    if reference.name != "zcube":
+        raise ValueError(f"fabric.spec must be a zcube spec (the reference GPU count), "
+                         f"got {reference.name!r}")
+    gpus = gpu_count(reference)
+    per_server = reference.params["gpus_per_server"]
+    specs = {}
+    for name in names:
+        if name == "zcube":
+            specs[name] = spec
+        elif name == "roft":
+            specs[name] = f"roft,gpus={gpus},radix=8,gpus_per_server={per_server}"
+        elif name == "railfly":
+            if gpus % 4:
+                raise ValueError(f"pd-inference.fabrics: 'railfly' needs a GPU count divisible "
+                                 f"by 4 rails, have {gpus}; allowed: {allowed}")
+            specs[name] = f"railfly,rails=4,servers={gpus // 4}"
+        elif name in NOT_FITTING:
+            raise ValueError(f"pd-inference.fabrics: {name!r} does not fit: "
+                             f"{NOT_FITTING[name]}; allowed: {allowed}")
+        else:
+            raise ValueError(f"pd-inference.fabrics: unknown fabric {name!r}; allowed: "
+                             f"{allowed}")
+    return specs
+
+
+def topology(fabric, tp: int) -> Topology:
+    return Topology(fabric, gpus_per_node=tp)
+
+
+def make_placement(topo: Topology, settings) -> Placement:
+    return placement(topo, settings["placement"], settings["tile"], seed=settings["seed"])
+
+
+def check(scenario) -> None:
+    s = scenario.section
+    names = s["fabrics"]
+    if not names:
+        raise ValueError(f"pd-inference.fabrics is empty; allowed: {', '.join(FABRICS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"pd-inference.fabrics repeats a fabric: {names}")
+    specs = fabric_specs(scenario.config["fabric"]["spec"], names)
+    gpus = None
+    for name, spec in specs.items():
+        try:
+            fabric = registry.build(spec)
+            topo = topology(fabric, s["tp"])
+            make_placement(topo, s)
+        except (FabricError, PlacementError) as exc:
+            raise ValueError(f"pd-inference.fabrics: {name!r} ({spec}) does not work here: "
+                             f"{exc}; allowed: {', '.join(FABRICS)}") from None
+        if gpus is not None and gpu_count(fabric) != gpus:
+            raise ValueError(f"pd-inference.fabrics: {name!r} has {gpu_count(fabric)} GPUs, "
+                             f"not {gpus}")
+        gpus = gpu_count(fabric)
+        if any(node.tp != s["tp"] for node in topo.nodes):
+            raise ValueError(f"pd-inference.tp={s['tp']} does not divide {name!r}'s "
+                             f"{gpus} GPUs into equal nodes")
+
+
+# ---------------------------------------------------------------- planning (pure)
+@dataclass
+class Planned:
+    """One request as planned before the replay (emulated seconds from the replay start)."""
+
+    request: rq.Request
+    p: int
+    d: int
+    on_home: bool
+    arrival_s: float
+    prefill_start_s: float
+    prefill_end_s: float
+    transfer: KvTransfer
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+    @property
+    def flow_ids(self) -> List[str]:
+        return [flow.id for flow in self.transfer.dag.flows]
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(flow.bytes for flow in self.transfer.dag.flows)
+
+
+def request_of(flow_id: str) -> str:
+    """The request a KV flow belongs to (flow ids are ``<request id>-r<rank>``)."""
+    return flow_id.rsplit("-r", 1)[0]
+
+
+def prefill_seconds(request: rq.Request, ms_per_ktoken: float) -> float:
+    """Real prefill compute: the new (uncached) tokens."""
+    return ms_per_ktoken / 1000.0 * request.new_tokens / 1000.0
+
+
+def plan(topo: Topology, place: Placement, stream: Sequence[rq.Request], scale,
+         pairing_name: str = "fixed", ms_per_ktoken: float = 10.0, seed: int = 0,
+         strategy: str = "tp-rank", config: kvcache.ModelConfig = kvcache.GLM_5_1
+         ) -> List[Planned]:
+    """Pair every request, queue its prefill on P (FIFO, one at a time) and build
+    its KV flows, due when the prefill ends; times in emulated seconds."""
+    chooser = pairing(pairing_name, topo, place, config, seed=seed, strategy=strategy)
+    state = ClusterState()
+    p_free: Dict[int, float] = defaultdict(float)
+    planned: List[Planned] = []
+    for request in stream:
+        arrival = scale.emu_seconds(request.arrival_s)
+        state.p_queue = {p: sum(1 for x in planned if x.p == p and x.prefill_end_s > arrival)
+                         for p in place.prefill}
+        state.d_queue = {d: sum(1 for x in planned if x.d == d and x.prefill_end_s > arrival)
+                         for d in place.decode}
+        choice = chooser.choose(request, state)
+        state.record(request, choice)
+        start = max(arrival, p_free[choice.p])
+        end = start + scale.emu_seconds(prefill_seconds(request, ms_per_ktoken))
+        p_free[choice.p] = end
+        transfer = kv_transfer(topo, request, choice.p, choice.d, config=config,
+                               on_home=choice.on_home, strategy=strategy, at_s=end,
+                               bytes_scale=scale.bw_factor * scale.tdf)
+        planned.append(Planned(request, choice.p, choice.d, choice.on_home, arrival, start,
+                               end, transfer))
+    return planned
+
+
+# ---------------------------------------------------------------- credits as a gate
+class CreditGate:
+    """KV ingress credits per D for the replayer: one request = one stream.
+
+    ``gate(flow)`` asks credit for the flow's request the first time one of its
+    flows is due and admits all its flows once granted; ``done(result)``
+    releases the credit when the request's last flow has finished.
+    """
+
+    def __init__(self, planned: Sequence[Planned], limit: int,
+                 clock: Callable[[], float] = time.time):
+        self.credits = Credits(d_credits=limit)
+        self.limit = limit
+        self.clock = clock
+        self.d_of = {x.id: x.d for x in planned}
+        self.left = {x.id: len(x.flow_ids) for x in planned}
+        self.granted: set = set()
+        self.asked: set = set()
+
+    def gate(self, flow) -> bool:
+        rid = request_of(flow.id)
+        if rid not in self.asked:
+            self.asked.add(rid)
+            grants = self.credits.ask(rid, self.d_of[rid], now=self.clock())
+            self.granted |= {g.request_id for g in grants}
+            self.credits.check()
+        return rid in self.granted
+
+    def done(self, result) -> None:
+        rid = request_of(result.id)
+        self.left[rid] -= 1
+        if self.left[rid] == 0 and rid in self.granted:
+            grants = self.credits.release(rid, now=self.clock())
+            self.granted |= {g.request_id for g in grants}
+            self.credits.check()
+
+
+# ---------------------------------------------------------------- results (pure)
+def percentile(values: Iterable[float], q: float) -> Optional[float]:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default)."""
+    data = sorted(values)
+    if not data:
+        return None
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be within [0, 100], got {q}")
+    pos = (len(data) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def peak_concurrency(intervals: Iterable[Tuple[float, float]]) -> int:
+    """Most intervals open at once; one ending when another starts does not overlap."""
+    events = []
+    for start, end in intervals:
+        events += [(start, 1), (end, -1)]
+    events.sort(key=lambda e: (e[0], e[1]))      # ends (-1) before starts at a tie
+    peak = count = 0
+    for _, step in events:
+        count += step
+        peak = max(peak, count)
+    return peak
+
+
+def request_rows(planned: Sequence[Planned], flows, t0: float) -> List[dict]:
+    """One row per request from the flows' measured start/end (epoch s; t0 = replay start)."""
+    by_request: Dict[str, list] = defaultdict(list)
+    for flow in flows:
+        by_request[request_of(flow.id)].append(flow)
+    rows = []
+    for x in planned:
+        mine = by_request.get(x.id, [])
+        served = bool(mine) and len(mine) == len(x.flow_ids) and \
+            all(f.status == "ok" for f in mine)
+        row = {"id": x.id, "p": x.p, "d": x.d, "on_home": x.on_home, "served": served,
+               "arrival_s": x.arrival_s, "p_queue_s": x.prefill_start_s - x.arrival_s,
+               "prefill_s": x.prefill_end_s - x.prefill_start_s, "kv_bytes": x.kv_bytes}
+        if mine:
+            start = min(f.start for f in mine) - t0
+            end = max(f.end for f in mine) - t0
+            row.update(kv_start_s=start, kv_end_s=end,
+                       credit_wait_s=max(0.0, start - x.prefill_end_s),
+                       kv_s=end - start, ttft_s=end - x.arrival_s)
+        rows.append(row)
+    return rows
+
+
+def summarize_fabric(rows: Sequence[dict], scale, limit: int) -> Tuple[dict, List[dict]]:
+    """The fabric's headline figures and its per-D peak streams."""
+    served = [r for r in rows if r["served"]]
+    ttft = [r["ttft_s"] for r in served]
+    kv = [r["kv_s"] for r in served]
+    summary = {"requests_count": len(rows), "served_count": len(served)}
+    for q in (50, 95, 99):
+        value = percentile(ttft, q)
+        if value is not None:
+            summary[f"ttft_p{q}_s"] = value
+            summary[f"ttft_p{q}_real_ms"] = scale.real_seconds(value) * 1000
+    if kv:
+        summary["kv_p99_s"] = percentile(kv, 99)
+        summary["kv_p99_real_ms"] = scale.real_seconds(summary["kv_p99_s"]) * 1000
+        summary["credit_wait_mean_s"] = sum(r["credit_wait_s"] for r in served) / len(served)
+        span = max(r["kv_end_s"] for r in served) - min(r["arrival_s"] for r in rows)
+        if span > 0:
+            summary["throughput_emu_rps"] = len(served) / span
+            summary["throughput_real_rps"] = len(served) / scale.real_seconds(span)
+    streams = []
+    for d in sorted({r["d"] for r in rows}):
+        spans = [(r["kv_start_s"], r["kv_end_s"]) for r in rows
+                 if r["d"] == d and "kv_start_s" in r]
+        streams.append({"d": d, "requests_count": len(spans),
+                        "peak_streams_count": peak_concurrency(spans),
+                        "credit_limit_count": limit})
+    summary["peak_streams_per_d_count"] = max((s["peak_streams_count"] for s in streams),
+                                              default=0)
+    return summary, streams
+
+
+def cost_rows(names: Sequence[str], gpus: int, radix: int) -> Tuple[List[dict], List[str]]:
+    """Network cost of each fabric at full scale; fabrics without a model there are noted."""
+    prices = cost.load_prices()
+    rows, notes = [], []
+    for name in names:
+        try:
+            row = cost.cost_row(name, catalog.counts_at_scale(name, gpus, radix), prices, radix)
+        except (FabricError, ValueError, KeyError) as exc:
+            notes.append(f"no network cost for {name} at {gpus} GPUs, radix {radix}: {exc}")
+            continue
+        rows.append({"fabric": name, "gpus_count": gpus, "radix_count": radix,
+                     "cost_total_usd": row["cost_total"], "cost_per_gpu_usd": row["cost_per_gpu"],
+                     "share_of_gpu_cost_pct": row["share_of_gpu_cost"] * 100})
+    return rows, notes
+
+
+# ---------------------------------------------------------------- the run
+def stream_of(settings) -> List[rq.Request]:
+    return rq.generate(rq.workload(settings["workload"]), settings["rate_per_s"],
+                       settings["seed"], count=settings["requests"])
+
+
+def run(ctx: Context) -> Outcome:
+    s = ctx.settings
+    scale = ctx.scale
+    link_mbps = ctx.scenario.config["scale"]["link_mbps"]
+    specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"])
+    stream = stream_of(s)
+    ctx.log(f"  {len(stream)} {s['workload']} requests at {s['rate_per_s']:g}/s real "
+            f"(seed {s['seed']}), {s['pairing']} pairing, {s['placement']} placement, "
+            f"{s['d_credits']} KV credits per D")
+    outcome = Outcome()
+    metrics: Dict = {}
+    fabric_rows, all_requests, all_streams = [], [], []
+    for name in s["fabrics"]:
+        fabric = registry.build(specs[name])
+        topo = topology(fabric, s["tp"])
+        place = make_placement(topo, s)
+        planned = plan(topo, place, stream, scale, s["pairing"], s["prefill_ms_per_ktoken"],
+                       s["seed"], s["path_strategy"])
+        dag = FlowDag.merge(*(x.transfer.dag for x in planned))
+        ctx.log(f"  {name} ({specs[name]}): P {place.prefill}, D {place.decode}, "
+                f"{len(dag.flows)} KV flows, {dag.total_bytes() / 1e6:.2f} MB emulated")
+        gate = CreditGate(planned, s["d_credits"])
+        with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
+            replayer = Replayer(bed, dag, link_mbps, ctx.run_dir / name / "flows",
+                                progress=ctx.progress(f"{name} KV flows"),
+                                gate=gate.gate, on_done=gate.done)
+            results = replayer.run()
+            ctx.testbeds.record_flows(results)
+        if not outcome.t0:
+            outcome.t0 = replayer.t0
+        outcome.flows += [dataclasses.replace(f, id=f"{name}:{f.id}", group=name)
+                          for f in results]
+        rows = request_rows(planned, results, replayer.t0)
+        summary, streams = summarize_fabric(rows, scale, s["d_credits"])
+        summary["credit_peak_per_d_count"] = max(gate.credits.peak_d.values(), default=0)
+        summary["d_credits_count"] = s["d_credits"]
+        metrics[name] = summary
+        fabric_rows.append({"fabric": name, "spec": specs[name], **{
+            k: summary.get(k) for k in ("served_count", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
+                                        "ttft_p99_real_ms", "kv_p99_s",
+                                        "throughput_emu_rps",
+                                        "throughput_real_rps",
+                                        "peak_streams_per_d_count", "d_credits_count")}})
+        all_requests += [{"fabric": name, **r} for r in rows]
+        all_streams += [{"fabric": name, **r} for r in streams]
+        if summary["served_count"] < len(rows):
+            outcome.warnings.append(f"{name}: {len(rows) - summary['served_count']} of "
+                                    f"{len(rows)} requests not served (a KV flow failed)")
+        ctx.log(f"  {name}: TTFT P50/P95/P99 " + "/".join(
+            f"{summary.get(f'ttft_p{q}_s', float('nan')):.2f}" for q in (50, 95, 99))
+                + f" s, {summary.get('throughput_emu_rps', 0):.2f} requests per emulated s")
+    costs, notes = cost_rows(s["fabrics"], s["cost_gpus"], s["cost_radix"])
+    outcome.warnings += notes
+    stats = rq.summary(stream)
+    metrics["stream"] = {"requests_count": stats["requests_count"],
+                         "sessions_count": stats.get("sessions_count", 0),
+                         "prompt_tokens_mean_count": stats.get("mean_prompt_tokens", 0.0),
+                         "hit_ratio": stats.get("hit_ratio", 0.0)}
+    metrics["fabrics"] = fabric_rows
+    metrics["d_streams"] = all_streams
+    metrics["requests"] = all_requests
+    if costs:
+        metrics["cost"] = costs
+    outcome.metrics = metrics
+    return outcome
