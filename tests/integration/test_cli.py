@@ -38,7 +38,7 @@ def test_cli_script_runs_every_command_and_survives_bad_input(tmp_path):
     assert "(o1 2-3)" in out and "(o1 1-4)" in out, f"route should show the circuit used:\n{out}"
     assert "injected 20.00 ms" in out, out
     errors = [line for line in out.splitlines() if line.startswith("*** ")]
-    assert len(errors) == 4, f"expected 4 refused commands, got:\n" + "\n".join(errors)
+    assert len(errors) == 4, "expected 4 refused commands, got:\n" + "\n".join(errors)
     assert any("connects a port to itself" in e for e in errors)
     assert any("only with it" in e for e in errors)
     assert any("unknown host" in e for e in errors)
