@@ -80,6 +80,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from emu.report_html import HTML_FILE, write_html
+from emu.pd_plots import write_pd_plots
 from emu.rl_plots import write_rl_plots
 from emu.scale import Scale, format_quantity
 
@@ -739,7 +740,7 @@ def write_report(run_dir) -> List[Path]:
     if result.get("steps"):
         plots.append(plot_steps(result, run_dir / STEPS_PNG, scale))
     plots += write_rl_plots(result, run_dir)
-    plots += __import__("emu.pd_plots", fromlist=["write_pd_plots"]).write_pd_plots(result, run_dir)
+    plots += write_pd_plots(result, run_dir)
     report = run_dir / REPORT_FILE
     report.write_text(render_markdown(result, flows, scale, run_dir, plots),
                       encoding="utf-8")

@@ -33,6 +33,15 @@ KV streams per D measured from the flows' start and end next to the credit
 limit, and the network cost at ``cost_gpus`` GPUs (`topologies.cost`; not
 every fabric has a cost model at every scale, then a warning says so).
 
+One scale for all fabrics (from fabric.spec: ZCube's 200 Gbit/s NIC ports at
+``link_mbps``): ROFT's 400 Gbit/s host links are emulated at twice that, and
+a ZCube rank flow uses one of its GPU's two 200G ports (the rank's path), so
+a single KV rank moves faster on ROFT; ZCube's case is the cost and the dual
+paths under contention.  Measured (defaults, 16 requests, 2 cores): ZCube
+TTFT P50/P95/P99 1.46/2.56/2.94 emulated s, ROFT 1.24/2.27/2.59, 2.15 and
+2.20 requests per emulated s, peak 2 KV streams into the busiest D
+(credit limit 2); about 30 s per run.
+
 Runs (as root)::
 
   .venv/bin/python -m emu.run pd-inference
@@ -77,7 +86,7 @@ FIELDS = {
     "workload": Field(str, "deep-thinking", "request profile (section 4)",
                       choices=sorted(rq.WORKLOADS)),
     "requests": Field(int, 16, "requests in the stream", minimum=1, maximum=200),
-    "rate_per_s": Field(float, 10.0, "arrival rate, real requests per second", minimum=0.01),
+    "rate_per_s": Field(float, 30.0, "arrival rate, real requests per second", minimum=0.01),
     "seed": Field(int, 1, "stream, placement and random pairing seed"),
     "tp": Field(int, 2, "GPUs per P or D node (TP size)", minimum=1),
     "placement": Field(str, "tiles", "affinity tiles or the zone baseline",
@@ -87,7 +96,7 @@ FIELDS = {
     "path_strategy": Field(str, "tp-rank", "ZCube dual-path choice", choices=list(STRATEGIES)),
     "d_credits": Field(int, 2, "KV streams (requests) a D accepts at once", minimum=1,
                        maximum=8),
-    "prefill_ms_per_ktoken": Field(float, 10.0, "prefill compute, real ms per 1K new prompt "
+    "prefill_ms_per_ktoken": Field(float, 5.0, "prefill compute, real ms per 1K new prompt "
                                    "tokens (x tdf)", minimum=0.0),
     "cost_gpus": Field(int, 16384, "GPU count of the network cost comparison", minimum=256),
     "cost_radix": Field(int, 64, "EPS radix of the cost comparison", choices=[64, 128]),

@@ -1,0 +1,43 @@
+"""A short pd-inference on ZCube end to end: every request served through real KV flows,
+TTFT percentiles ordered, never more KV streams into a D than its credits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.utils import assert_no_leftovers, run_cli
+
+pytestmark = pytest.mark.require_root
+
+
+def test_pd_inference_short_on_zcube(tmp_path):
+    done = run_cli("pd-inference", "--out", str(tmp_path),
+                   "--set", "pd-inference.fabrics=zcube", "--set", "pd-inference.requests=10",
+                   "--set", "pd-inference.d_credits=2", timeout_s=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    run = runs[0]
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "ok", result["status"]
+    for name in ("report.md", "flows.csv", "ttft_cdf.png", "pd_bars.png",
+                 "zcube/controller.log"):
+        assert (run / name).is_file(), f"{name} missing from {run}"
+    metrics = result["metrics"]
+    zcube = metrics["zcube"]
+    assert zcube["requests_count"] == 10 and zcube["served_count"] == 10, zcube
+    requests = [r for r in metrics["requests"] if r["fabric"] == "zcube"]
+    assert len(requests) == 10 and all(r["served"] for r in requests), requests
+    for r in requests:
+        assert r["ttft_s"] >= r["prefill_s"] + r["kv_s"] - 1e-6, r
+    assert 0 < zcube["ttft_p50_s"] <= zcube["ttft_p95_s"] <= zcube["ttft_p99_s"], zcube
+    assert zcube["throughput_emu_rps"] > 0 and zcube["kv_p99_s"] > 0
+    streams = [s for s in metrics["d_streams"] if s["fabric"] == "zcube"]
+    assert streams and sum(s["requests_count"] for s in streams) == 10
+    for s in streams:
+        assert 1 <= s["peak_streams_count"] <= s["credit_limit_count"] == 2, s
+    assert zcube["credit_peak_per_d_count"] <= 2
+    assert "Traceback" not in (run / "zcube" / "controller.log").read_text()
+    assert_no_leftovers()
