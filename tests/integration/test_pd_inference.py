@@ -3,28 +3,19 @@ TTFT percentiles ordered, never more KV streams into a D than its credits."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from tests.integration.utils import assert_no_leftovers, run_cli
+from tests.integration.utils import assert_no_leftovers, run_ok
 
 pytestmark = pytest.mark.require_root
 
 
 def test_pd_inference_short_on_zcube(tmp_path):
-    done = run_cli("pd-inference", "--out", str(tmp_path),
-                   "--set", "pd-inference.fabrics=zcube", "--set", "pd-inference.requests=10",
-                   "--set", "pd-inference.d_credits=2", timeout_s=240)
-    assert done.returncode == 0, done.stdout + done.stderr
-    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert len(runs) == 1, runs
-    run = runs[0]
-    result = json.loads((run / "result.json").read_text())
-    assert result["status"] == "ok", result["status"]
-    for name in ("report.md", "flows.csv", "ttft_cdf.png", "pd_bars.png",
-                 "zcube/controller.log"):
-        assert (run / name).is_file(), f"{name} missing from {run}"
+    run, result = run_ok("pd-inference", tmp_path, "pd-inference.fabrics=zcube",
+                         "pd-inference.requests=10", "pd-inference.d_credits=2",
+                         files=("report.md", "flows.csv", "ttft_cdf.png", "pd_bars.png",
+                                "zcube/controller.log"), timeout_s=240)
     metrics = result["metrics"]
     zcube = metrics["zcube"]
     assert zcube["requests_count"] == 10 and zcube["served_count"] == 10, zcube

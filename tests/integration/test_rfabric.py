@@ -3,27 +3,18 @@ control proxy; iteration 2 must expose less reconfiguration time than iteration 
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
-from tests.integration.utils import assert_no_leftovers, run_cli
+from tests.integration.utils import assert_no_leftovers, run_ok
 
 pytestmark = pytest.mark.require_root
 
 
 def test_rfabric_proxy_hides_reconfiguration_in_iteration_2(tmp_path):
-    done = run_cli("rfabric", "--out", str(tmp_path), "--set", "rfabric.fabrics=rfabric",
-                   "--set", "rfabric.iterations=2", timeout_s=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    runs = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert len(runs) == 1, runs
-    run = runs[0]
-    result = json.loads((run / "result.json").read_text())
-    assert result["status"] == "ok", result["status"]
-    for name in ("report.md", "flows.csv", "timeline.png", "steps.png",
-                 "rfabric/controller.log"):
-        assert (run / name).is_file(), f"{name} missing from {run}"
+    run, result = run_ok("rfabric", tmp_path, "rfabric.fabrics=rfabric", "rfabric.iterations=2",
+                         files=("report.md", "flows.csv", "timeline.png", "steps.png",
+                                "rfabric/controller.log"), timeout_s=300)
     assert list((run / "rfabric" / "dumps").glob("*.txt")), "no switch dumps at teardown"
     assert "Traceback" not in (run / "rfabric" / "controller.log").read_text()
     rows = [r for r in result["metrics"]["iterations"] if r["fabric"] == "rfabric"]

@@ -14,16 +14,10 @@ import pytest
 from emu.scale import Scale
 from emu.testbed import Testbed
 from emu.waiting import wait_until
-from tests.integration.utils import REPO, assert_no_leftovers, leftovers, run_cli
+from tests.integration.utils import REPO, assert_no_leftovers, leftovers, only_run, run_cli
 from topologies import registry
 
 pytestmark = pytest.mark.require_root
-
-
-def _only_run(out):
-    runs = [p for p in out.iterdir() if p.is_dir()]
-    assert len(runs) == 1, f"expected one run folder in {out}, found {runs}"
-    return runs[0]
 
 
 def _assert_results_folder(run):
@@ -42,7 +36,7 @@ def test_ocs_reconfig_end_to_end(tmp_path):
     done = run_cli("ocs-reconfig", "--out", str(tmp_path), "--set", "presets=mems,lc",
                    "--set", "settle_s=1.5")
     assert done.returncode == 0, done.stdout + done.stderr
-    run = _only_run(tmp_path)
+    run = only_run(tmp_path)
     result = _assert_results_folder(run)
     rows = result["metrics"]["reconfig"]
     assert [r["preset"] for r in rows] == ["mems", "lc"]
@@ -59,7 +53,7 @@ def test_allreduce_end_to_end(tmp_path):
     done = run_cli("allreduce", "--out", str(tmp_path), "--set", "bytes_real=2e8",
                    "--set", "hosts=4")
     assert done.returncode == 0, done.stdout + done.stderr
-    result = _assert_results_folder(_only_run(tmp_path))
+    result = _assert_results_folder(only_run(tmp_path))
     metrics = result["metrics"]
     assert metrics["hosts_count"] == 4
     assert len(result["steps"]) == 2 * (4 - 1)
@@ -107,7 +101,7 @@ def test_interrupted_run_leaves_nothing(tmp_path, sig):
     code = proc.wait(timeout=120)
     assert code == 130, f"exit code {code}:\n{''.join(lines)}"
     assert_no_leftovers()
-    result = json.loads((_only_run(tmp_path) / "result.json").read_text())
+    result = json.loads((only_run(tmp_path) / "result.json").read_text())
     assert result["status"] == "interrupted"
 
 

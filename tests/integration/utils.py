@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -55,3 +56,25 @@ def assert_ping(bed, src: str, dst: str, count: int = 3) -> None:
     out = bed.host(src).cmd(f"ping -c {count} -i 0.2 -W 1 {target}")
     assert f"{count} received" in out or " 0% packet loss" in out, \
         f"{src} -> {dst} ({target}) failed:\n{out}"
+
+
+def only_run(out: Path) -> Path:
+    runs = [p for p in Path(out).iterdir() if p.is_dir()]
+    assert len(runs) == 1, f"expected one run folder in {out}, found {runs}"
+    return runs[0]
+
+
+def run_ok(scenario: str, out: Path, *overrides: str, files=(), timeout_s: float = 600):
+    """Run a scenario through the command line; it must succeed and write ``files``.
+
+    Returns (run folder, result.json as a dict).
+    """
+    args = [a for o in overrides for a in ("--set", o)]
+    done = run_cli(scenario, "--out", str(out), *args, timeout_s=timeout_s)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run(out)
+    result = json.loads((run / "result.json").read_text())
+    assert result["status"] == "ok", result["status"]
+    for name in files:
+        assert (run / name).is_file(), f"{name} missing from {run}: {sorted(os.listdir(run))}"
+    return run, result
