@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import queue
 import sys
+import threading
 import traceback
 
 from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp, ofp_event,
@@ -63,6 +65,8 @@ class FabricController(BaseApp):
         self.service = FabricService(fabric, tdf=LaunchSettings.tdf, dataplane_sync=sync)
         self.control = ControlServer(LaunchSettings.socket_path, self.service.handle)
         self.control.start()
+        self.port_events: "queue.Queue" = queue.Queue()
+        threading.Thread(target=self._port_worker, name="port-status", daemon=True).start()
         LOG.info("fabric %s: %d EPS, %d OCS; control channel %s", fabric.name,
                  len(fabric.eps_switches), len(fabric.ocs_switches), LaunchSettings.socket_path)
 
@@ -85,6 +89,31 @@ class FabricController(BaseApp):
         msg = ev.msg
         self.service.error_received(msg.datapath, f"OFPErrorMsg type={msg.type} code={msg.code} "
                                                   f"xid={msg.xid}")
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    @fail_loudly
+    def port_status(self, ev):
+        msg = ev.msg
+        desc = msg.desc
+        up = msg.reason != ofp.OFPPR_DELETE and not desc.state & ofp.OFPPS_LINK_DOWN \
+            and not desc.config & ofp.OFPPC_PORT_DOWN
+        LOG.debug("port status dpid %d port %d reason %d state %#x config %#x",
+                  msg.datapath.id, desc.port_no, msg.reason, desc.state, desc.config)
+        # Rerouting waits for barrier replies, which reach this same event
+        # loop, so it runs on a worker thread; one worker keeps the reports
+        # in the order the switches sent them.
+        self.port_events.put((msg.datapath, desc.port_no, up))
+
+    def _port_worker(self) -> None:
+        while True:
+            datapath, port_no, up = self.port_events.get()
+            try:
+                self.service.port_changed(datapath, port_no, up)
+            except Exception:  # as fail_loudly: never leave a half-rerouted fabric
+                traceback.print_exc()
+                LOG.critical("rerouting after a port status failed; controller exits")
+                sys.stderr.flush()
+                os._exit(EXIT_HANDLER_FAILED)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, ["dead"])
     @fail_loudly

@@ -16,7 +16,7 @@ from controllers import ofmsg
 from controllers.eps_core import EpsCore
 from controllers.ocs_core import TECHNOLOGIES, OcsCore
 from controllers.reconfig import reconfigure
-from topologies.fabric import EPS, OCS, Fabric, FabricError
+from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
 
 LOG = logging.getLogger("fabric.service")
 BARRIER_TIMEOUT_S = 10.0
@@ -39,6 +39,7 @@ class FabricService:
         self.datapaths: Dict[str, object] = {}
         self.ready: Set[str] = set()
         self.errors: List[str] = []
+        self.down_ports: Set[tuple] = set()
         self._pending: Dict[tuple, threading.Event] = {}
         self._initial: Dict[tuple, str] = {}
         self._state_lock = threading.Lock()
@@ -177,6 +178,33 @@ class FabricService:
             batch = self.eps.reroute()
             self.apply(batch)
         return {"changed_switches": sorted(batch)}
+
+    def port_changed(self, datapath, port_no: int, up: bool) -> Optional[dict]:
+        """A switch reported a port's link going down or up (OFPPortStatus).
+
+        A link counts as down while either of its switch ports reports down:
+        the two ends of a veth pair report separately and in any order, and
+        an end still reporting up must not revive a link whose other end is
+        down.  A change of a link's state reroutes as `do_link` does; other
+        reports return None.  Ports the fabric does not wire (OVS's LOCAL
+        port) are ignored.
+        """
+        name = self.fabric.node_by_dpid(datapath.id)
+        wired = self.fabric.ports_of(name)
+        if port_no not in wired:
+            return None
+        peer = wired[port_no][0]
+        with self._reconfig_lock:
+            (self.down_ports.discard if up else self.down_ports.add)((name, port_no))
+            ends = {(node, data["ports"][node]) for _, _, data in
+                    self.fabric.graph.edges(name, data=True) if peer in data["ports"]
+                    for node in (name, peer) if self.fabric.kind(node) != HOST}
+            link_up = not ends & self.down_ports
+            if (frozenset((name, peer)) not in self.eps.down_links) == link_up:
+                return None
+        LOG.info("link %s-%s went %s (port %d of %s reported)", name, peer,
+                 "up" if link_up else "down", port_no, name)
+        return self.do_link(name, peer, link_up)
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")

@@ -30,10 +30,11 @@ from controllers.control import ControlClient, ControlError
 from emu import hostroutes, ovs, state
 from emu.scale import Scale
 from emu.waiting import wait_until
-from topologies.fabric import Fabric
+from topologies.fabric import HOST, Fabric
 
 CONTROLLER_START_TIMEOUT_S = 30.0
 SWITCHES_READY_TIMEOUT_S = 120.0
+LINK_CHANGE_TIMEOUT_S = 10.0
 QUEUE_MS = 50.0
 MININET_MAX_MBPS = 1000.0  # TCLink ignores (leaves unshaped) any faster rate
 # Measured here: 9000-byte frames did not lower ovs-vswitchd's CPU for
@@ -281,14 +282,14 @@ class Testbed:
         for node, commands in per_node.items():
             _run_batch(node, commands, "set MTU and queue limits")
 
-    def _static_arp(self) -> None:
+    def _static_arp(self, hosts=None) -> None:
         """Every host learns every other host's MAC: no ARP crosses the fabric.
 
         One shell round trip per host (Mininet's staticArp takes one per pair,
         16,000 of them on a k=8 fat-tree).
         """
         entries = [(h.IP(), h.MAC()) for h in self.net.hosts]
-        for host in self.net.hosts:
+        for host in hosts or self.net.hosts:
             intf = host.defaultIntf().name
             _run_batch(host, [f"ip neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
                               for ip, mac in entries if ip != host.IP()], "install static ARP")
@@ -303,8 +304,11 @@ class Testbed:
 
     def _wait_ready(self) -> None:
         def ready():
+            # Ports may flap while the network starts (OVS reopening them);
+            # the controller reroutes around each, so wait for every link up.
             self.check_controller()
-            return self.control.call("status")["ready"]
+            return self.control.call("status")["ready"] and \
+                not self.control.call("state")["down_links"]
 
         def detail():
             status = self.control.call("status")
@@ -324,6 +328,52 @@ class Testbed:
         finally:
             self.stop_s = time.monotonic() - started
             self.net = None
+
+    # ------------------------------------------------------------ failures
+    def set_links(self, links, up: bool, timeout_s: float = LINK_CHANGE_TIMEOUT_S) -> float:
+        """Take fabric links down (or up) from Mininet, as a failure would.
+
+        Both interfaces of each link change state; the switches report the
+        port status to the controller, which reroutes on its own.  Returns
+        once the controller's state agrees with every link, in seconds from
+        the first change (what the control plane took to notice).
+        """
+        from topologies.mininet_topo import mininet_name
+
+        wanted = set()
+        for u, v in links:
+            if not self.fabric.graph.has_edge(u, v):
+                raise TestbedError(f"no link {u}-{v} in the fabric")
+            wanted.add(tuple(sorted((u, v))))
+        started = time.monotonic()
+        for u, v in sorted(wanted):
+            self.net.configLinkStatus(mininet_name(self.fabric, u),
+                                      mininet_name(self.fabric, v), "up" if up else "down")
+
+        def agreed():
+            self.check_controller()
+            down = {tuple(link) for link in self.control.call("state")["down_links"]}
+            return not (wanted & down) if up else wanted <= down
+
+        wait_until(agreed, timeout_s, f"the controller to see {len(wanted)} link(s) go "
+                   f"{'up' if up else 'down'}", interval_s=0.02)
+        noticed_s = time.monotonic() - started
+        if up:
+            # A host interface that went down lost its neighbour entries and
+            # routes with it, static ones included.
+            hosts = {n for link in wanted for n in link if self.fabric.kind(n) == HOST}
+            if hostroutes.needs_host_routes(self.fabric):
+                self.refresh_host_routes()
+            elif hosts:
+                self._static_arp([self.net.get(h) for h in sorted(hosts)])
+        return noticed_s
+
+    def fail_switch(self, switch: str, up: bool = False) -> float:
+        """Every link of ``switch`` down (or back up): a switch failure."""
+        if switch not in self.fabric.switches:
+            raise TestbedError(f"{switch!r} is not a switch of {self.fabric.name}")
+        return self.set_links({tuple(sorted((switch, peer)))
+                               for peer in self.fabric.graph.neighbors(switch)}, up)
 
     # ------------------------------------------------------------ helpers
     def host(self, name: str):

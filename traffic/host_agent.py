@@ -7,7 +7,8 @@ machine that CPU is taken from the datapath being measured.
 
 Protocol, JSON lines: stdin ``{"op": "arm", "id": ID, "spec": {...}}``
 (a ``traffic.iperf_worker.ClientSpec``), ``{"op": "go", "id": ID}``,
-``{"op": "quit"}``; stdout ``{"event": "ready"}``,
+``{"op": "cancel", "id": ID}`` (unarmed or running: the flow ends with no
+result), ``{"op": "quit"}``; stdout ``{"event": "ready"}``,
 ``{"event": "armed", "id": ID, "pid": PID}`` and
 ``{"event": "done", "id": ID, "path": FILE}``: the result JSON is written to
 ``RESULTS_DIR/ID.json`` by the child before it exits.
@@ -108,6 +109,16 @@ def _command(command: dict, go_pipes: Dict[str, int], children: Dict[int, str],
         fd = go_pipes.pop(command["id"])
         os.write(fd, b"g")
         os.close(fd)
+    elif op == "cancel":
+        # An armed child sees its go pipe close and exits without a flow; a
+        # running one is killed.  Either is reaped and reported "done".
+        fd = go_pipes.pop(command["id"], None)
+        if fd is not None:
+            os.close(fd)
+        else:
+            for pid, flow_id in children.items():
+                if flow_id == command["id"]:
+                    os.kill(pid, signal.SIGKILL)
     return True
 
 

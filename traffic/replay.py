@@ -10,6 +10,7 @@ keeps process start-up off the critical path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import subprocess
@@ -18,7 +19,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from emu import state
 from traffic.flows import Flow, FlowDag
@@ -139,12 +140,20 @@ class Replayer:
     gate.  ``on_done(result)`` is told of every finished flow (to release
     credit, say).  Flows are armed at most ``ARM_AHEAD_S`` before they are
     due, so a long open-loop stream never holds hundreds of idle processes.
+
+    ``events`` are (seconds after the start, callback(replayer)) pairs run
+    in the replay loop at their time, e.g. a switch failure; a callback may
+    `move` flows to other hosts (a NIC failing over to its other port).
+    Hosts in ``agent_hosts`` get a host agent from the start, so a flow
+    moved to them does not wait for one.
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
                  progress: Optional[Callable[[int, int], None]] = None,
                  gate: Optional[Callable[[Flow], bool]] = None,
-                 on_done: Optional[Callable[[FlowResult], None]] = None):
+                 on_done: Optional[Callable[[FlowResult], None]] = None,
+                 events: Sequence[Tuple[float, Callable[["Replayer"], None]]] = (),
+                 agent_hosts: Sequence[str] = ()):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -152,8 +161,22 @@ class Replayer:
         self.progress = progress
         self.gate = gate
         self.on_done = on_done
+        self.events = sorted(events, key=lambda event: event[0])
+        self.agent_hosts = tuple(agent_hosts)
         self.t0 = 0.0
         self._ports: Dict[str, int] = {}
+        # Replay state, shared by the loop and the event callbacks.
+        self.flows: Dict[str, Flow] = {}
+        self.results: Dict[str, FlowResult] = {}
+        self._order: List[str] = []
+        self._agents: Dict[str, HostAgent] = {}
+        self._servers: Dict[str, subprocess.Popen] = {}
+        self._events: "queue.Queue" = queue.Queue()
+        self._armed: set = set()
+        self._fired: Dict[str, float] = {}
+        self._done: set = set()
+        self._listening: set = set()
+        self._moved: set = set()
 
     def _next_port(self, host: str) -> int:
         port = self._ports.get(host, BASE_PORT)
@@ -166,77 +189,135 @@ class Replayer:
     def _timeout_s(self, flow: Flow) -> float:
         return max(MIN_FLOW_TIMEOUT_S, 10 * flow.bytes * 8 / (self.expected_mbps * 1e6))
 
+    # ------------------------------------------------------------ agents and arming
+    def _agent(self, host: str) -> HostAgent:
+        if host not in self._agents:
+            agent = HostAgent(self.bed, host, self.work_dir, self._events)
+            self._agents[host] = agent
+            if not agent.ready.wait(AGENT_START_TIMEOUT_S):
+                raise RuntimeError(f"host agent on {host} did not start")
+        return self._agents[host]
+
+    def _arm(self, fid: str) -> None:
+        flow = self.flows[fid]
+        port = self._next_port(flow.src)
+        events = self._events
+        self._servers[fid] = start_server(
+            self.bed, flow.src, self._ip(flow.src), port, fid,
+            lambda: events.put({"event": "listening", "id": fid}))
+        spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
+                          reverse=True, rate_mbps=flow.rate_mbps or 0.0)
+        self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec)})
+        self._armed.add(fid)
+
+    # ------------------------------------------------------------ moving flows
+    def move(self, fid: str, src: Optional[str] = None, dst: Optional[str] = None
+             ) -> Optional[str]:
+        """Send flow ``fid`` between other hosts; returns the id that now carries it.
+
+        A flow not armed yet just changes hosts.  An armed or running one is
+        cancelled (its result says "moved") and a new flow ``<fid>~m<n>``
+        sends all its bytes again from now, as a transfer restarted on
+        another NIC port would; flows that waited for it wait for the new
+        one.  A finished flow stays as it is (None).  Only from the replay
+        loop: an event callback.
+        """
+        if fid in self._done:
+            return None
+        flow = self.flows[fid]
+        src, dst = src or flow.src, dst or flow.dst
+        if fid not in self._armed:
+            self.flows[fid] = dataclasses.replace(flow, src=src, dst=dst)
+            self.results[fid].src, self.results[fid].dst = src, dst
+            return fid
+        now = time.time()
+        self._agents[flow.dst].send({"op": "cancel", "id": fid})
+        server = self._servers.pop(fid, None)
+        if server is not None:
+            reap(server, grace_s=1.0)
+        count = sum(1 for other in self.flows if other.startswith(fid + "~m")) + 1
+        new_id = f"{fid}~m{count}"
+        result = self.results[fid]
+        result.status, result.error = "moved", f"moved to {src}->{dst} as {new_id}"
+        result.start, result.end = self._fired.get(fid, now), now
+        self._done.add(fid)
+        self._moved.add(fid)
+        self.flows[new_id] = dataclasses.replace(flow, id=new_id, src=src, dst=dst, after=(),
+                                                 at_s=now - self.t0)
+        self.results[new_id] = FlowResult(new_id, src, dst, flow.bytes, flow.step, flow.group)
+        self._order.append(new_id)
+        for other_id, other in list(self.flows.items()):
+            if fid in other.after:
+                self.flows[other_id] = dataclasses.replace(
+                    other, after=tuple(new_id if d == fid else d for d in other.after))
+        return new_id
+
+    # ------------------------------------------------------------ the loop
     def run(self) -> List[FlowResult]:
         if self.dag.external:
             raise ValueError(f"the DAG waits for flows outside it: {list(self.dag.external)}; "
                              "merge it with the DAG that holds them first")
-        flows = self.dag.by_id()
-        order = [f.id for f in self.dag.topological_order()]
-        results = {fid: FlowResult(fid, f.src, f.dst, f.bytes, f.step, f.group)
-                   for fid, f in flows.items()}
+        self.flows = dict(self.dag.by_id())
+        self._order = [f.id for f in self.dag.topological_order()]
+        self.results = {fid: FlowResult(fid, f.src, f.dst, f.bytes, f.step, f.group)
+                        for fid, f in self.flows.items()}
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        events: "queue.Queue" = queue.Queue()
-        agents = {host: HostAgent(self.bed, host, self.work_dir, events)
-                  for host in sorted({f.dst for f in flows.values()})}
-        servers: Dict[str, subprocess.Popen] = {}
-        armed, fired, done, listening = set(), {}, set(), set()
+        flows, results, fired, done = self.flows, self.results, self._fired, self._done
         try:
-            for agent in agents.values():
+            for host in sorted({f.dst for f in flows.values()} | set(self.agent_hosts)):
+                self._agents[host] = HostAgent(self.bed, host, self.work_dir, self._events)
+            for agent in self._agents.values():
                 if not agent.ready.wait(AGENT_START_TIMEOUT_S):
                     raise RuntimeError(f"host agent on {agent.host} did not start")
             self.t0 = time.time()
-
-            def arm(fid: str) -> None:
-                flow = flows[fid]
-                port = self._next_port(flow.src)
-                servers[fid] = start_server(
-                    self.bed, flow.src, self._ip(flow.src), port, fid,
-                    lambda: events.put({"event": "listening", "id": fid}))
-                spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
-                                  reverse=True, rate_mbps=flow.rate_mbps or 0.0)
-                agents[flow.dst].send({"op": "arm", "id": fid, "spec": asdict(spec)})
-                armed.add(fid)
+            pending_events = list(self.events)
 
             while len(done) < len(flows):
                 self.bed.check_controller()
+                while pending_events and time.time() >= self.t0 + pending_events[0][0]:
+                    pending_events.pop(0)[1](self)
                 # Arm the next wave: every flow whose dependencies have all fired
                 # (and, for a flow due at a time, that time is near).
-                for fid in order:
+                for fid in list(self._order):
                     flow = flows[fid]
-                    if fid not in armed and all(d in fired for d in flow.after) and \
+                    if fid not in self._armed and fid not in done and \
+                            all(d in fired for d in flow.after) and \
                             (flow.after or time.time() >= self.t0 + flow.at_s - ARM_AHEAD_S):
-                        arm(fid)
+                        self._arm(fid)
                 now = time.time()
                 next_start = None
-                for fid in order:
+                for fid in self._order:
                     flow = flows[fid]
-                    if fid in fired or fid not in listening or \
+                    if fid in fired or fid in done or fid not in self._listening or \
                             not all(d in done for d in flow.after):
                         continue
                     ready_at = max([results[d].end for d in flow.after] or [self.t0]) + flow.at_s
                     if now >= ready_at:
                         if self.gate is None or self.gate(flow):
-                            agents[flow.dst].send({"op": "go", "id": fid})
+                            self._agents[flow.dst].send({"op": "go", "id": fid})
                             fired[fid] = now
                     else:
                         next_start = ready_at if next_start is None else min(next_start, ready_at)
                 if next_start is None:
                     # Wake up to arm a time-based flow that is not armed yet.
-                    pending = [self.t0 + flows[f].at_s - ARM_AHEAD_S for f in order
-                               if f not in armed and not flows[f].after]
+                    pending = [self.t0 + flows[f].at_s - ARM_AHEAD_S for f in self._order
+                               if f not in self._armed and not flows[f].after]
                     next_start = min(pending) if pending else None
+                if pending_events:
+                    event_at = self.t0 + pending_events[0][0]
+                    next_start = event_at if next_start is None else min(next_start, event_at)
                 wait_s = 1.0 if next_start is None else max(0.0, next_start - time.time())
                 try:
-                    event = events.get(timeout=min(wait_s, 1.0))
+                    event = self._events.get(timeout=min(wait_s, 1.0))
                 except queue.Empty:
                     event = None
                 while event is not None:
                     if event["event"] == "listening":
-                        listening.add(event["id"])
+                        self._listening.add(event["id"])
                     else:
                         self._on_event(event, results, done)
                     try:
-                        event = events.get_nowait()
+                        event = self._events.get_nowait()
                     except queue.Empty:
                         event = None
                 for fid, fired_at in fired.items():
@@ -250,11 +331,11 @@ class Replayer:
                 if self.progress:
                     self.progress(len(done), len(flows))
         finally:
-            for agent in agents.values():
+            for agent in self._agents.values():
                 agent.stop()
-            for server in servers.values():
+            for server in self._servers.values():
                 reap(server)
-        return [results[fid] for fid in order]
+        return [results[fid] for fid in self._order]
 
     def _on_event(self, event: dict, results: Dict[str, FlowResult], done: set) -> None:
         kind = event["event"]
@@ -262,6 +343,8 @@ class Replayer:
             state.record_pid(event["pid"], f"iperf3 client {event['id']}")
         elif kind == "done":
             fid = event["id"]
+            if fid in self._moved:
+                return  # the cancelled client of a moved flow: its result is "moved"
             try:
                 results[fid].fill(json.loads(Path(event["path"]).read_text()))
             except (OSError, ValueError) as exc:

@@ -1,6 +1,7 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
-from emu.experiments import allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, pd_inference, rfabric
+from emu.experiments import (allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, pd_failure,
+                             pd_inference, rfabric)
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
@@ -11,4 +12,5 @@ EXPERIMENTS = {
     "lab": lab,
     "rfabric": rfabric,
     "pd-inference": pd_inference,
+    "pd-failure": pd_failure,
 }

@@ -55,6 +55,7 @@ import dataclasses
 import math
 import time
 from collections import defaultdict
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -64,6 +65,8 @@ from topologies import catalog, cost, registry
 from topologies.fabric import FabricError
 from traffic import kvcache
 from traffic import requests as rq
+from traffic import linkload
+from traffic.capture import FabricCapture
 from traffic.credits import Credits
 from traffic.flows import FlowDag
 from traffic.kvflows import STRATEGIES, KvTransfer, kv_transfer
@@ -76,7 +79,8 @@ SUMMARY = "the same seeded P/D request stream on ZCube and ROFT (and RailFly): T
           "P99, throughput, KV P99, peak KV streams per D, cost"
 NEEDS_EMULATION = True
 OWNS_TESTBEDS = True
-FABRICS = ("zcube", "roft", "railfly")
+FABRICS = ("zcube", "roft", "railfly", "hpn")
+HOTTEST_LINKS = 5
 NOT_FITTING = {"rail-fabric": "its smallest build does not split into TP nodes at the "
                               "reference GPU count with one NIC per GPU"}
 
@@ -100,6 +104,8 @@ FIELDS = {
                                    "tokens (x tdf)", minimum=0.0),
     "cost_gpus": Field(int, 16384, "GPU count of the network cost comparison", minimum=256),
     "cost_radix": Field(int, 64, "EPS radix of the cost comparison", choices=[64, 128]),
+    "link_capture": Field(bool, True, "capture every switch port (one tcpdump) and report "
+                          "per-link load and the hottest links"),
     "lock_wait_s": Field(float, 600.0, "how long a later fabric waits for the run lock if "
                          "another emulation took it between fabrics", minimum=0.0),
 }
@@ -131,6 +137,9 @@ def fabric_specs(spec: str, names: Sequence[str]) -> Dict[str, str]:
                 raise ValueError(f"pd-inference.fabrics: 'railfly' needs a GPU count divisible "
                                  f"by 4 rails, have {gpus}; allowed: {allowed}")
             specs[name] = f"railfly,rails=4,servers={gpus // 4}"
+        elif name == "hpn":
+            # Two tiers, one segment: every ToR pair (one per plane) is a rail.
+            specs[name] = f"hpn,gpus={gpus},gpus_per_server={per_server},radix=8"
         elif name in NOT_FITTING:
             raise ValueError(f"pd-inference.fabrics: {name!r} does not fit: "
                              f"{NOT_FITTING[name]}; allowed: {allowed}")
@@ -158,20 +167,25 @@ def check(scenario) -> None:
     specs = fabric_specs(scenario.config["fabric"]["spec"], names)
     gpus = None
     for name, spec in specs.items():
-        try:
-            fabric = registry.build(spec)
-            topo = topology(fabric, s["tp"])
-            make_placement(topo, s)
-        except (FabricError, PlacementError) as exc:
-            raise ValueError(f"pd-inference.fabrics: {name!r} ({spec}) does not work here: "
-                             f"{exc}; allowed: {', '.join(FABRICS)}") from None
+        fabric = registry.build(spec)
+        check_fabric_fits(name, spec, fabric, s)
         if gpus is not None and gpu_count(fabric) != gpus:
             raise ValueError(f"pd-inference.fabrics: {name!r} has {gpu_count(fabric)} GPUs, "
                              f"not {gpus}")
         gpus = gpu_count(fabric)
-        if any(node.tp != s["tp"] for node in topo.nodes):
-            raise ValueError(f"pd-inference.tp={s['tp']} does not divide {name!r}'s "
-                             f"{gpus} GPUs into equal nodes")
+
+
+def check_fabric_fits(name: str, spec: str, fabric, settings, section: str = SECTION) -> None:
+    """The fabric splits into TP nodes and takes the placement, or ValueError."""
+    try:
+        topo = topology(fabric, settings["tp"])
+        make_placement(topo, settings)
+    except (FabricError, PlacementError) as exc:
+        raise ValueError(f"{section}.fabrics: {name!r} ({spec}) does not work here: "
+                         f"{exc}; allowed: {', '.join(FABRICS)}") from None
+    if any(node.tp != settings["tp"] for node in topo.nodes):
+        raise ValueError(f"{section}.tp={settings['tp']} does not divide {name!r}'s "
+                         f"{gpu_count(fabric)} GPUs into equal nodes")
 
 
 # ---------------------------------------------------------------- planning (pure)
@@ -306,8 +320,12 @@ def peak_concurrency(intervals: Iterable[Tuple[float, float]]) -> int:
 def request_rows(planned: Sequence[Planned], flows, t0: float) -> List[dict]:
     """One row per request from the flows' measured start/end (epoch s; t0 = replay start)."""
     by_request: Dict[str, list] = defaultdict(list)
+    moved: Dict[str, int] = defaultdict(int)
     for flow in flows:
-        by_request[request_of(flow.id)].append(flow)
+        if flow.status == "moved":      # cancelled and resent: its replacement counts
+            moved[request_of(flow.id)] += 1
+        else:
+            by_request[request_of(flow.id)].append(flow)
     rows = []
     for x in planned:
         mine = by_request.get(x.id, [])
@@ -315,7 +333,8 @@ def request_rows(planned: Sequence[Planned], flows, t0: float) -> List[dict]:
             all(f.status == "ok" for f in mine)
         row = {"id": x.id, "p": x.p, "d": x.d, "on_home": x.on_home, "served": served,
                "arrival_s": x.arrival_s, "p_queue_s": x.prefill_start_s - x.arrival_s,
-               "prefill_s": x.prefill_end_s - x.prefill_start_s, "kv_bytes": x.kv_bytes}
+               "prefill_s": x.prefill_end_s - x.prefill_start_s, "kv_bytes": x.kv_bytes,
+               "moved_flows_count": moved.get(x.id, 0)}
         if mine:
             start = min(f.start for f in mine) - t0
             end = max(f.end for f in mine) - t0
@@ -326,7 +345,7 @@ def request_rows(planned: Sequence[Planned], flows, t0: float) -> List[dict]:
     return rows
 
 
-def summarize_fabric(rows: Sequence[dict], scale, limit: int) -> Tuple[dict, List[dict]]:
+def summarize_fabric(rows: Sequence[dict], scale, limit: Optional[int]) -> Tuple[dict, List[dict]]:
     """The fabric's headline figures and its per-D peak streams."""
     served = [r for r in rows if r["served"]]
     ttft = [r["ttft_s"] for r in served]
@@ -357,6 +376,82 @@ def summarize_fabric(rows: Sequence[dict], scale, limit: int) -> Tuple[dict, Lis
     return summary, streams
 
 
+def ingress_series(rows: Sequence[dict]) -> List[dict]:
+    """KV streams into each D over time: one row per change, from the requests'
+    measured KV start and end (a request is one stream, as for credits)."""
+    series = []
+    for d in sorted({r["d"] for r in rows}):
+        events = []
+        for r in rows:
+            if r["d"] == d and "kv_start_s" in r:
+                events += [(r["kv_start_s"], 1), (r["kv_end_s"], -1)]
+        events.sort(key=lambda e: (e[0], e[1]))
+        count = 0
+        for t, step in events:
+            count += step
+            if series and series[-1]["d"] == d and series[-1]["t_s"] == t:
+                series[-1]["streams_count"] = count
+            else:
+                series.append({"d": d, "t_s": t, "streams_count": count})
+    return series
+
+
+@dataclass
+class Served:
+    """One replay of a planned stream and what it measured."""
+
+    results: list
+    rows: List[dict]
+    summary: dict
+    streams: List[dict]
+    ingress: List[dict]
+    t0: float
+    hottest: List[dict] = dataclasses.field(default_factory=list)
+    link_warnings: List[str] = dataclasses.field(default_factory=list)
+
+
+def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: Optional[int],
+          work_dir, events=(), agent_hosts: Sequence[str] = (),
+          links_dir: Optional[Path] = None, hottest: int = HOTTEST_LINKS) -> Served:
+    """Replay the planned KV flows on an open testbed behind the D credit gate
+    (``d_credits`` None: no credits, every stream starts when due).
+
+    With ``links_dir``, one tcpdump in the root namespace captures every
+    switch port during the replay (`traffic.capture.FabricCapture`) and the
+    per-link load goes to ``links_dir/links.csv`` (`traffic.linkload`); the
+    ``hottest`` busiest links are returned by name.
+    """
+    link_mbps = ctx.scenario.config["scale"]["link_mbps"]
+    dag = FlowDag.merge(*(x.transfer.dag for x in planned))
+    gate = CreditGate(planned, d_credits or max(1, len(planned)))
+    replayer = Replayer(bed, dag, link_mbps, work_dir, progress=ctx.progress(f"{label} KV flows"),
+                        gate=gate.gate, on_done=gate.done, events=events,
+                        agent_hosts=agent_hosts)
+    capture = None
+    if links_dir is not None:
+        capture = FabricCapture(bed.fabric, name="links").start(Path(links_dir) / "captures")
+    try:
+        results = replayer.run()
+    finally:
+        if capture is not None:
+            capture.stop()
+    ctx.testbeds.record_flows(results)
+    rows = request_rows(planned, results, replayer.t0)
+    summary, streams = summarize_fabric(rows, ctx.scale, d_credits)
+    summary["credit_peak_per_d_count"] = max(gate.credits.peak_d.values(), default=0)
+    summary["d_credits_count"] = d_credits
+    served = Served(results, rows, summary, streams, ingress_series(rows), replayer.t0)
+    if capture is not None:
+        loads = linkload.analyse(capture.path, capture.map_path, bed.fabric,
+                                 bw_factor=ctx.scale.bw_factor, start=replayer.t0)
+        served.hottest = linkload.write_links_csv(loads, links_dir, top=hottest)
+        served.link_warnings = loads.warnings()
+        if served.hottest:
+            summary["hottest_link"] = served.hottest[0]["src"] + "->" + served.hottest[0]["dst"]
+            summary["hottest_link_utilisation"] = served.hottest[0]["utilisation"]
+    return served
+
+
 def cost_rows(names: Sequence[str], gpus: int, radix: int) -> Tuple[List[dict], List[str]]:
     """Network cost of each fabric at full scale; fabrics without a model there are noted."""
     prices = cost.load_prices()
@@ -382,7 +477,6 @@ def stream_of(settings) -> List[rq.Request]:
 def run(ctx: Context) -> Outcome:
     s = ctx.settings
     scale = ctx.scale
-    link_mbps = ctx.scenario.config["scale"]["link_mbps"]
     specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"])
     stream = stream_of(s)
     ctx.log(f"  {len(stream)} {s['workload']} requests at {s['rate_per_s']:g}/s real "
@@ -390,7 +484,7 @@ def run(ctx: Context) -> Outcome:
             f"{s['d_credits']} KV credits per D")
     outcome = Outcome()
     metrics: Dict = {}
-    fabric_rows, all_requests, all_streams = [], [], []
+    fabric_rows, all_requests, all_streams, all_ingress, all_hottest = [], [], [], [], []
     for name in s["fabrics"]:
         fabric = registry.build(specs[name])
         topo = topology(fabric, s["tp"])
@@ -400,21 +494,14 @@ def run(ctx: Context) -> Outcome:
         dag = FlowDag.merge(*(x.transfer.dag for x in planned))
         ctx.log(f"  {name} ({specs[name]}): P {place.prefill}, D {place.decode}, "
                 f"{len(dag.flows)} KV flows, {dag.total_bytes() / 1e6:.2f} MB emulated")
-        gate = CreditGate(planned, s["d_credits"])
         with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
-            replayer = Replayer(bed, dag, link_mbps, ctx.run_dir / name / "flows",
-                                progress=ctx.progress(f"{name} KV flows"),
-                                gate=gate.gate, on_done=gate.done)
-            results = replayer.run()
-            ctx.testbeds.record_flows(results)
+            served = serve(ctx, bed, name, planned, s["d_credits"], ctx.run_dir / name / "flows",
+                           links_dir=ctx.run_dir / name if s["link_capture"] else None)
         if not outcome.t0:
-            outcome.t0 = replayer.t0
+            outcome.t0 = served.t0
         outcome.flows += [dataclasses.replace(f, id=f"{name}:{f.id}", group=name)
-                          for f in results]
-        rows = request_rows(planned, results, replayer.t0)
-        summary, streams = summarize_fabric(rows, scale, s["d_credits"])
-        summary["credit_peak_per_d_count"] = max(gate.credits.peak_d.values(), default=0)
-        summary["d_credits_count"] = s["d_credits"]
+                          for f in served.results]
+        rows, summary, streams = served.rows, served.summary, served.streams
         metrics[name] = summary
         fabric_rows.append({"fabric": name, "spec": specs[name], **{
             k: summary.get(k) for k in ("served_count", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
@@ -422,6 +509,9 @@ def run(ctx: Context) -> Outcome:
                                         "throughput_emu_rps",
                                         "throughput_real_rps",
                                         "peak_streams_per_d_count", "d_credits_count")}})
+        all_ingress += [{"fabric": name, **r} for r in served.ingress]
+        all_hottest += [{"fabric": name, **r} for r in served.hottest]
+        outcome.warnings += [f"{name}: {w}" for w in served.link_warnings]
         all_requests += [{"fabric": name, **r} for r in rows]
         all_streams += [{"fabric": name, **r} for r in streams]
         if summary["served_count"] < len(rows):
@@ -439,6 +529,9 @@ def run(ctx: Context) -> Outcome:
                          "hit_ratio": stats.get("hit_ratio", 0.0)}
     metrics["fabrics"] = fabric_rows
     metrics["d_streams"] = all_streams
+    metrics["d_ingress"] = all_ingress
+    if all_hottest:
+        metrics["hottest_links"] = all_hottest
     metrics["requests"] = all_requests
     if costs:
         metrics["cost"] = costs

@@ -3,6 +3,8 @@ TTFT percentiles ordered, never more KV streams into a D than its credits."""
 
 from __future__ import annotations
 
+import csv
+
 
 import pytest
 
@@ -15,7 +17,8 @@ def test_pd_inference_short_on_zcube(tmp_path):
     run, result = run_ok("pd-inference", tmp_path, "pd-inference.fabrics=zcube",
                          "pd-inference.requests=10", "pd-inference.d_credits=2",
                          files=("report.md", "flows.csv", "ttft_cdf.png", "pd_bars.png",
-                                "zcube/controller.log"), timeout_s=240)
+                                "d_ingress.png", "zcube/controller.log", "zcube/links.csv",
+                                "zcube/captures/links.pcap"), timeout_s=240)
     metrics = result["metrics"]
     zcube = metrics["zcube"]
     assert zcube["requests_count"] == 10 and zcube["served_count"] == 10, zcube
@@ -30,5 +33,21 @@ def test_pd_inference_short_on_zcube(tmp_path):
     for s in streams:
         assert 1 <= s["peak_streams_count"] <= s["credit_limit_count"] == 2, s
     assert zcube["credit_peak_per_d_count"] <= 2
+    ingress = [r for r in metrics["d_ingress"] if r["fabric"] == "zcube"]
+    assert ingress and max(r["streams_count"] for r in ingress) == \
+        max(s["peak_streams_count"] for s in streams)
+    assert all(r["streams_count"] >= 0 for r in ingress) and ingress[-1]["streams_count"] == 0
+    hottest = [r for r in metrics["hottest_links"] if r["fabric"] == "zcube"]
+    assert hottest and hottest[0]["bytes"] > 0 and 0 < hottest[0]["utilisation"] <= 1.2, hottest
+    # The capture saw every KV byte leave its sender: host -> switch links carry at
+    # least the flows' payload (frames add headers).
+    with open(run / "flows.csv") as stream:
+        flows = list(csv.DictReader(stream))
+    with open(run / "zcube" / "links.csv") as stream:
+        links = list(csv.DictReader(stream))
+    senders = {f["src"] for f in flows}
+    sent = sum(int(link["bytes"]) for link in links if link["src"] in senders)
+    payload = sum(int(f["bytes"]) for f in flows)
+    assert payload <= sent <= 1.3 * payload, (payload, sent)
     assert "Traceback" not in (run / "zcube" / "controller.log").read_text()
     assert_no_leftovers()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import queue
 
 import pytest
 from fakes import FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode
@@ -283,6 +284,7 @@ HANDLERS = {
     "barrier_reply": (ofp_event.EventOFPBarrierReply, [MAIN_DISPATCHER]),
     "error_msg": (ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER]),
     "state_change": (ofp_event.EventOFPStateChange, ["dead"]),
+    "port_status": (ofp_event.EventOFPPortStatus, [MAIN_DISPATCHER]),
 }
 
 
@@ -290,6 +292,7 @@ def bare_controller(fabric):
     """The app object without os-ken's app manager: only the service is set."""
     controller = app.FabricController.__new__(app.FabricController)
     controller.service = FabricService(fabric)
+    controller.port_events = queue.Queue()
     return controller
 
 
@@ -323,6 +326,21 @@ def test_smoke_every_handler_with_real_event_objects():
         controller.barrier_reply(ofp_event.EventOFPBarrierReply(reply))
     status = service.status()
     assert status["ready"], f"every switch answered its barrier: {status}"
+
+    switch = fabric.eps_switches[0]
+    port_no, (peer, _) = sorted(fabric.ports_of(switch).items())[0]
+    for state, up in ((ofp.OFPPS_LINK_DOWN, False), (0, True)):
+        desc = parser.OFPPort(port_no, "02:00:00:00:00:01", f"fe{switch}-eth{port_no}", 0, state,
+                              0, 0, 0, 0, 0, 0)
+        controller.port_status(ofp_event.EventOFPPortStatus(parser.OFPPortStatus(
+            datapaths[switch], ofp.OFPPR_MODIFY, desc)))
+        queued = controller.port_events.get_nowait()
+        assert queued == (datapaths[switch], port_no, up), \
+            "the handler must only queue the report; rerouting waits for barriers"
+        for datapath in datapaths.values():  # answer the reroute's barriers as they come
+            datapath.on_barrier = lambda dp, xid: service.barrier_replied(dp, xid)
+        service.port_changed(*queued)
+        assert (sorted((switch, peer)) in service.state()["down_links"]) != up
 
     error = parser.OFPErrorMsg(datapaths["s1"], type_=ofp.OFPET_BAD_ACTION,
                                code=ofp.OFPBAC_BAD_OUT_GROUP)

@@ -146,8 +146,8 @@ def test_check_names_the_key_for_a_fabric_that_does_not_fit():
     with pytest.raises(ValueError, match="pd-inference.fabrics.*allowed: zcube, roft, railfly"):
         pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["zcube", "rail-fabric"])
     with pytest.raises(ValueError, match="pd-inference.fabrics: unknown fabric"):
-        pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["hpn"])
-    specs = pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["zcube", "roft", "railfly"])
+        pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["fattree"])
+    specs = pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["zcube", "roft", "railfly", "hpn"])
     gpus = {pd.gpu_count(registry.build(spec)) for spec in specs.values()}
     assert gpus == {16}
 

@@ -431,3 +431,34 @@ def test_status_lists_missing_switches_until_all_answered():
         svc.barrier_replied(datapath, datapath.sent[-1].xid)
     assert svc.status()["ready"] and svc.status()["missing"] == []
     assert {fabric.kind(n) for n in svc.status()["ready_switches"]} == {EPS, OCS}
+
+
+def test_port_status_down_reroutes_once_and_up_restores():
+    bed = connected("fattree,k=4")
+    fabric, svc = bed.fabric, bed.service
+    edge, agg = "s7", "s5"
+    port_edge = fabric.graph.edges[edge, agg, 0]["ports"][edge]
+    port_agg = fabric.graph.edges[edge, agg, 0]["ports"][agg]
+    far = fabric.hosts[-1]
+    datapaths = bed.network.datapaths
+
+    reply = svc.port_changed(datapaths[edge], port_edge, up=False)
+    assert reply is not None and edge in reply["changed_switches"]
+    assert svc.port_changed(datapaths[agg], port_agg, up=False) is None, \
+        "the far end's report of the same link must not reroute again"
+    assert svc.state()["down_links"] == [sorted((edge, agg))]
+    assert len(assert_delivered(bed.network, "h1", far).delivered) == 2
+
+    assert svc.port_changed(datapaths[agg], port_agg, up=True) is None, \
+        "one end back up while the other still reports down: the link stays down"
+    assert svc.state()["down_links"] == [sorted((edge, agg))]
+    assert svc.port_changed(datapaths[edge], port_edge, up=True) is not None
+    assert svc.state()["down_links"] == []
+    assert len(assert_delivered(bed.network, "h1", far).delivered) == 4
+
+
+def test_port_status_of_an_unwired_port_is_ignored():
+    bed = connected("fattree,k=4")
+    local_port = 0xfffffffe
+    assert bed.service.port_changed(bed.network.datapaths["s7"], local_port, up=False) is None
+    assert bed.service.state()["down_links"] == []

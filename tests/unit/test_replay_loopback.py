@@ -85,3 +85,33 @@ def test_gate_holds_flows_until_on_done_releases_credit(tmp_path):
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end - 0.05, f"gated flows overlapped: {spans}"
     assert time.time() - started < 60
+
+
+def test_event_moves_a_running_flow_and_an_unarmed_one_to_other_hosts(tmp_path):
+    bed = LoopbackBed(["a", "a2", "b", "c"])
+    finished = []
+    moves = {}
+
+    def fail_a(replayer):
+        moves["running"] = replayer.move("slow", src="a2")
+        moves["later"] = replayer.move("later", src="a2")
+        moves["done"] = replayer.move("quick", src="a2")
+
+    dag = FlowDag([Flow("quick", "a", "c", 20_000),
+                   Flow("slow", "a", "b", 2_000_000, rate_mbps=16.0),
+                   Flow("after-slow", "b", "c", 20_000, after=("slow",)),
+                   Flow("later", "a", "c", 20_000, at_s=3.0)])
+    replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", on_done=finished.append,
+                        events=[(0.4, fail_a)], agent_hosts=["a2"])
+    results = {r.id: r for r in replayer.run()}
+    assert moves == {"running": "slow~m1", "later": "later", "done": None}
+    assert results["slow"].status == "moved" and "slow~m1" in results["slow"].error
+    assert results["slow~m1"].status == "ok" and results["slow~m1"].src == "a2"
+    assert results["slow~m1"].bytes_received >= 2_000_000, "a moved flow resends every byte"
+    assert results["slow~m1"].start >= results["slow"].end - 0.01
+    assert results["after-slow"].start >= results["slow~m1"].end, \
+        "a flow that waited for the moved one waits for its replacement"
+    assert results["later"].status == "ok" and results["later"].src == "a2"
+    assert results["quick"].src == "a", "a finished flow is not moved"
+    assert "slow" not in {r.id for r in finished}, "a moved flow must not be reported done"
+    assert sorted(r.id for r in finished) == ["after-slow", "later", "quick", "slow~m1"]

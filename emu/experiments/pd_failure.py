@@ -1,0 +1,285 @@
+"""A ToR fails in the middle of a P/D request stream: ROFT, HPN and ZCube compared.
+
+Section 2 of the 002 text (ZCube's Figure 3b): with a single ToR failure in
+a 4K-GPU cluster, performance degrades 46.9% on ROFT, 9.0% on HPN and
+2.8% on ZCube.  Here the same seeded stream as `pd_inference` (same
+settings, same planning: placement, pairing, prefill queue, KV flows per
+TP rank, D credits) is served twice on each fabric, on one testbed:
+
+1. **healthy**: the stream as planned;
+2. **failure**: at the arrival of request ``fail_after`` (emulated time from
+   the replay start), every link of one ToR goes down *from Mininet*
+   (``configLinkStatus``, both veth ends).  The switches report the ports
+   down (OFPPortStatus), the controller reroutes by itself, and the testbed
+   waits until the controller's state lists every link down.  Then every KV
+   flow with an end behind the dead ToR moves to the NIC port that takes
+   over (`traffic.failover`): the GPU's other port on ZCube (other layer)
+   and HPN (other plane), a server mate's NIC over NVLink on ROFT.  A flow
+   already running is cancelled and sent again in full from the new port,
+   as a transfer restarted on another port would be; flows not started yet
+   simply start there.
+
+The ToR is the busiest one of the plan (``failed_switch = "auto"``: the
+host-facing switch whose GPUs send and receive the most KV bytes), so
+every fabric loses its worst single ToR.  Reported per fabric, for the
+requests that arrive after the failure, healthy run against failure run:
+throughput (served requests per emulated second), TTFT P50/P99 and mean KV
+transfer time, and their degradation in percent, next to the text's
+figure; plus what happened (the switch, the GPUs that failed over, the
+flows moved, how long the control plane took to see the failure) and the
+same figures for the requests before the failure (which should match).
+
+Why the fabrics differ (what the emulation can show): a ROFT GPU has one
+NIC port, so after its rail switch fails its traffic crosses NVLink onto a
+GPU of another rail and the two GPUs share one port: half the bandwidth
+for both.  An HPN or ZCube GPU keeps one of its two ports; on HPN that is
+the same rail in the other plane (half the GPU's bandwidth), on ZCube a
+switch of the other layer that reaches every D in two hops.  With few
+requests and 16 GPUs the measured degradations are noisy and depend on how
+much of the stream crosses the failed ToR; the text's figures are for a 4K
+cluster running collectives, where the slowest GPU sets the pace.
+
+Runs (as root)::
+
+  .venv/bin/python -m emu.run pd-failure
+  .venv/bin/python -m emu.run pd-failure --set pd-failure.fabrics=zcube
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Dict, List, Optional, Sequence
+
+from emu.experiments import pd_inference as pd
+from emu.experiments.base import Context, Outcome
+from emu.schema import Field
+from topologies import registry
+from traffic import failover
+from traffic.flows import FlowDag
+
+SECTION = "pd-failure"
+SUMMARY = "one ToR fails mid-stream on ROFT, HPN and ZCube: throughput and TTFT before/after, " \
+          "degradation vs the text's 46.9/9.0/2.8%"
+NEEDS_EMULATION = True
+OWNS_TESTBEDS = True
+FABRICS = ("roft", "hpn", "zcube")
+#: Single ToR failure in a 4K-GPU cluster, the 002 text (ZCube's Figure 3b).
+TEXT_DEGRADATION_PCT = {"roft": 46.9, "hpn": 9.0, "zcube": 2.8}
+MECHANISM = {
+    "roft": "one NIC port per GPU: NVLink to a server mate on another rail, sharing its port",
+    "hpn": "dual-ToR NIC: the GPU's port in the other plane (same rail)",
+    "zcube": "two NIC ports on two switch layers: the GPU's port on the other layer",
+}
+
+_SHARED = ("workload", "requests", "rate_per_s", "seed", "tp", "placement", "tile", "pairing",
+           "path_strategy", "d_credits", "prefill_ms_per_ktoken", "lock_wait_s")
+FIELDS = {key: pd.FIELDS[key] for key in _SHARED}
+FIELDS.update({
+    "fabrics": Field(list, list(FABRICS), "fabrics to compare, in order, all at the GPU count "
+                     "of fabric.spec", item=str),
+    "requests": Field(int, 24, "requests in the stream", minimum=4, maximum=200),
+    "rate_per_s": Field(float, 100.0, "arrival rate, real requests per second (above what "
+                        "the KV links carry, so the fabric sets the pace)", minimum=0.01),
+    "prefill_ms_per_ktoken": Field(float, 1.0, "prefill compute, real ms per 1K new prompt "
+                                   "tokens (x tdf)", minimum=0.0),
+    "fail_after": Field(int, 0, "the ToR fails when this request arrives (0: half-way)",
+                        minimum=0),
+    "failed_switch": Field(str, "auto", "the ToR to fail: 'auto' (the busiest of the plan) or "
+                           "a switch name (one fabric only)"),
+    "baseline": Field(bool, True, "serve the stream once without the failure first, on the "
+                      "same testbed, to compare against"),
+})
+
+
+# ---------------------------------------------------------------- checks (pure)
+def fail_index(settings) -> int:
+    return settings["fail_after"] or settings["requests"] // 2
+
+
+def check(scenario) -> None:
+    s = scenario.section
+    names = s["fabrics"]
+    allowed = ", ".join(FABRICS)
+    if not names:
+        raise ValueError(f"pd-failure.fabrics is empty; allowed: {allowed}")
+    unknown = [n for n in names if n not in FABRICS]
+    if unknown:
+        raise ValueError(f"pd-failure.fabrics: {unknown} not supported; allowed: {allowed}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"pd-failure.fabrics repeats a fabric: {names}")
+    if not 1 <= fail_index(s) < s["requests"]:
+        raise ValueError(f"pd-failure.fail_after={s['fail_after']} must be below "
+                         f"pd-failure.requests={s['requests']} (0: half-way)")
+    if s["failed_switch"] != "auto" and len(names) != 1:
+        raise ValueError("pd-failure.failed_switch names a switch of one fabric: use it with "
+                         "a single entry in pd-failure.fabrics, or 'auto'")
+    specs = pd.fabric_specs(scenario.config["fabric"]["spec"], names)
+    for name in names:
+        fabric = registry.build(specs[name])
+        pd.check_fabric_fits(name, specs[name], fabric, s, SECTION)
+        if s["failed_switch"] != "auto":
+            tors = failover.tor_switches(fabric)
+            if s["failed_switch"] not in tors:
+                raise ValueError(f"pd-failure.failed_switch={s['failed_switch']!r} is not a "
+                                 f"ToR of {name}; allowed: auto, {', '.join(tors)}")
+
+
+# ---------------------------------------------------------------- results (pure)
+def window(rows: Sequence[dict], after: bool, t_fail: float) -> List[dict]:
+    return [r for r in rows if (r["arrival_s"] >= t_fail) == after]
+
+
+def window_figures(rows: Sequence[dict], t_start: Optional[float] = None) -> dict:
+    """Throughput, TTFT and KV figures of some requests (emulated s).
+
+    Throughput counts served requests over the span from ``t_start`` (the
+    first arrival by default) to the last KV end.
+    """
+    served = [r for r in rows if r["served"]]
+    figures = {"requests_count": len(rows), "served_count": len(served)}
+    if not served:
+        return figures
+    ttft = [r["ttft_s"] for r in served]
+    start = min(r["arrival_s"] for r in rows) if t_start is None else t_start
+    span = max(r["kv_end_s"] for r in served) - start
+    figures.update(ttft_p50_s=pd.percentile(ttft, 50), ttft_p99_s=pd.percentile(ttft, 99),
+                   kv_mean_s=sum(r["kv_s"] for r in served) / len(served))
+    if span > 0:
+        figures["throughput_emu_rps"] = len(served) / span
+    return figures
+
+
+def degradation_pct(healthy: Optional[float], failed: Optional[float],
+                    higher_is_better: bool) -> Optional[float]:
+    """How much worse ``failed`` is than ``healthy``, in percent (negative: better)."""
+    if not healthy or failed is None:
+        return None
+    change = (failed - healthy) / healthy * 100
+    return -change if higher_is_better else change
+
+
+def compare(healthy: dict, failed: dict) -> dict:
+    return {"throughput_degradation_pct": degradation_pct(
+                healthy.get("throughput_emu_rps"), failed.get("throughput_emu_rps"), True),
+            "ttft_p50_increase_pct": degradation_pct(
+                healthy.get("ttft_p50_s"), failed.get("ttft_p50_s"), False),
+            "ttft_p99_increase_pct": degradation_pct(
+                healthy.get("ttft_p99_s"), failed.get("ttft_p99_s"), False),
+            "kv_mean_increase_pct": degradation_pct(
+                healthy.get("kv_mean_s"), failed.get("kv_mean_s"), False)}
+
+
+# ---------------------------------------------------------------- the failure
+class ToRFailure:
+    """The replay event: fail the ToR from Mininet, then move the flows behind it."""
+
+    def __init__(self, bed, switch: str, moves: Dict[str, Optional[str]]):
+        self.bed = bed
+        self.switch = switch
+        self.moves = moves
+        self.at_s: Optional[float] = None
+        self.noticed_s: Optional[float] = None
+        self.moved: List[str] = []
+        self.stranded: List[str] = []
+
+    def __call__(self, replayer) -> None:
+        self.at_s = time.time() - replayer.t0
+        self.noticed_s = self.bed.fail_switch(self.switch)
+        for fid, flow in list(replayer.flows.items()):
+            if flow.src not in self.moves and flow.dst not in self.moves:
+                continue
+            src, dst = self.moves.get(flow.src, flow.src), self.moves.get(flow.dst, flow.dst)
+            if src is None or dst is None:
+                self.stranded.append(fid)   # a GPU cut off: the flow will time out
+                continue
+            if src == dst:
+                continue                    # both ends now on one NIC: not a network flow
+            new_id = replayer.move(fid, src, dst)
+            if new_id is not None and new_id != fid:
+                self.moved.append(fid)
+
+
+# ---------------------------------------------------------------- the run
+def run(ctx: Context) -> Outcome:
+    s = ctx.settings
+    scale = ctx.scale
+    specs = pd.fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"])
+    stream = pd.stream_of(s)
+    index = fail_index(s)
+    ctx.log(f"  {len(stream)} {s['workload']} requests at {s['rate_per_s']:g}/s real, the ToR "
+            f"fails when request {index} arrives; {s['pairing']} pairing, "
+            f"{s['d_credits']} KV credits per D")
+    outcome = Outcome()
+    metrics: Dict = {}
+    rows_out, windows_out, requests_out = [], [], []
+    for name in s["fabrics"]:
+        fabric = registry.build(specs[name])
+        topo = pd.topology(fabric, s["tp"])
+        place = pd.make_placement(topo, s)
+        planned = pd.plan(topo, place, stream, scale, s["pairing"], s["prefill_ms_per_ktoken"],
+                          s["seed"], s["path_strategy"])
+        dag = FlowDag.merge(*(x.transfer.dag for x in planned))
+        switch = s["failed_switch"] if s["failed_switch"] != "auto" else failover.busiest_tor(
+            fabric, [(f.src, f.dst, f.bytes) for f in dag.flows])
+        moves = failover.failover_map(fabric, [switch])
+        t_fail = planned[index].arrival_s
+        ctx.log(f"  {name} ({specs[name]}): {switch} fails at {t_fail:.2f} emulated s; "
+                f"{len(moves)} NIC ports behind it fail over")
+        runs = {}
+        with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
+            if s["baseline"]:
+                runs["healthy"] = pd.serve(ctx, bed, f"{name} healthy", planned, s["d_credits"],
+                                           ctx.run_dir / name / "healthy")
+            event = ToRFailure(bed, switch, moves)
+            runs["failure"] = pd.serve(ctx, bed, f"{name} failure", planned, s["d_credits"],
+                                       ctx.run_dir / name / "failure",
+                                       events=[(t_fail, event)],
+                                       agent_hosts=sorted(h for h in moves.values() if h))
+        for label, served in runs.items():
+            if not outcome.t0:
+                outcome.t0 = served.t0
+            outcome.flows += [dataclasses.replace(f, id=f"{name}/{label}:{f.id}",
+                                                  group=f"{name}/{label}")
+                              for f in served.results]
+            requests_out += [{"fabric": name, "run": label, **r} for r in served.rows]
+            unserved = len(served.rows) - served.summary["served_count"]
+            if unserved:
+                outcome.warnings.append(f"{name} {label}: {unserved} of {len(served.rows)} "
+                                        "requests not served")
+        figures = {}
+        for label, served in runs.items():
+            for after in (False, True):
+                part = window(served.rows, after, t_fail)
+                key = f"{label}_{'after' if after else 'before'}"
+                figures[key] = window_figures(part, t_fail if after else None)
+                windows_out.append({"fabric": name, "run": label,
+                                    "window": "after" if after else "before", **figures[key]})
+        failure = runs["failure"]
+        row = {"fabric": name, "failed_switch": switch,
+               "role": fabric.graph.nodes[switch].get("role", ""),
+               "failed_at_s": event.at_s, "control_notice_ms": (event.noticed_s or 0) * 1000,
+               "nic_ports_failed_over_count": len(moves),
+               "moved_flows_count": len(event.moved),
+               "stranded_flows_count": len(event.stranded),
+               "served_count": failure.summary["served_count"],
+               "requests_count": len(failure.rows)}
+        if "healthy" in runs:
+            row.update(compare(figures["healthy_after"], figures["failure_after"]))
+        row["text_degradation_pct"] = TEXT_DEGRADATION_PCT[name]
+        row["mechanism"] = MECHANISM[name]
+        rows_out.append(row)
+        metrics[name] = row
+        if event.stranded:
+            outcome.warnings.append(f"{name}: {len(event.stranded)} flows had a GPU cut off by "
+                                    f"the failure of {switch}")
+        ctx.log(f"  {name}: {len(event.moved)} flows moved, control plane saw it in "
+                f"{row['control_notice_ms']:.0f} ms; throughput after the failure "
+                + (f"{row['throughput_degradation_pct']:+.1f}% worse"
+                   if row.get("throughput_degradation_pct") is not None else "not compared")
+                + f" (text: {TEXT_DEGRADATION_PCT[name]}%)")
+    metrics["failures"] = rows_out
+    metrics["windows"] = windows_out
+    metrics["requests"] = requests_out
+    outcome.metrics = metrics
+    return outcome

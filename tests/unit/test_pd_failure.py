@@ -1,0 +1,126 @@
+"""pd-failure's pure parts: checks, windows, degradation, and the failure event."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from emu.experiments import pd_failure as pf
+from emu.experiments import pd_inference as pd
+from emu import scenario as scenarios
+from tests.unit.test_pd_inference import _plan, _result
+
+
+def _row(arrival, ttft, kv=0.5, served=True):
+    return {"arrival_s": arrival, "served": served, "ttft_s": ttft, "kv_s": kv,
+            "kv_end_s": arrival + ttft}
+
+
+def test_window_splits_by_arrival_at_the_failure():
+    rows = [_row(0.0, 1.0), _row(1.0, 1.0), _row(2.0, 1.0), _row(3.0, 1.0)]
+    assert [r["arrival_s"] for r in pf.window(rows, False, 2.0)] == [0.0, 1.0]
+    assert [r["arrival_s"] for r in pf.window(rows, True, 2.0)] == [2.0, 3.0]
+
+
+def test_window_figures_count_from_the_failure():
+    rows = [_row(2.0, 1.0, kv=0.4), _row(3.0, 2.0, kv=0.6), _row(3.5, 9.0, served=False)]
+    figures = pf.window_figures(rows, t_start=2.0)
+    assert figures["requests_count"] == 3 and figures["served_count"] == 2
+    assert figures["throughput_emu_rps"] == pytest.approx(2 / (5.0 - 2.0))
+    assert figures["kv_mean_s"] == pytest.approx(0.5)
+    assert figures["ttft_p50_s"] == pytest.approx(1.5)
+    assert pf.window_figures([_row(0, 1, served=False)]) == {"requests_count": 1,
+                                                            "served_count": 0}
+
+
+def test_degradation_sign_follows_what_is_better():
+    assert pf.degradation_pct(2.0, 1.5, higher_is_better=True) == pytest.approx(25.0)
+    assert pf.degradation_pct(2.0, 3.0, higher_is_better=False) == pytest.approx(50.0)
+    assert pf.degradation_pct(2.0, 2.5, higher_is_better=True) == pytest.approx(-25.0)
+    assert pf.degradation_pct(None, 1.0, True) is None
+    compared = pf.compare({"throughput_emu_rps": 4.0, "ttft_p50_s": 1.0},
+                          {"throughput_emu_rps": 3.0, "ttft_p50_s": 1.2})
+    assert compared["throughput_degradation_pct"] == pytest.approx(25.0)
+    assert compared["ttft_p50_increase_pct"] == pytest.approx(20.0)
+    assert compared["kv_mean_increase_pct"] is None
+
+
+def _scenario(tmp_path, **section):
+    lines = ['[scenario]', 'kind = "pd-failure"', '[fabric]',
+             'spec = "zcube,n=4,gpus_per_server=2"', '[scale]', 'link_mbps = 10.0',
+             'tdf = 10.0', '[pd-failure]']
+    for key, value in section.items():
+        lines.append(f"{key} = {value!r}".replace("'", '"'))
+    path = tmp_path / "s.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return scenarios.load(str(path))
+
+
+def test_check_refuses_bad_fabrics_switches_and_failure_points(tmp_path):
+    pf.check(_scenario(tmp_path))
+    with pytest.raises(ValueError, match=r"pd-failure.fabrics: \['railfly'\] not supported; "
+                                         "allowed: roft, hpn, zcube"):
+        pf.check(_scenario(tmp_path, fabrics=["railfly"]))
+    with pytest.raises(ValueError, match="fail_after=30 must be below pd-failure.requests=24"):
+        pf.check(_scenario(tmp_path, fail_after=30))
+    with pytest.raises(ValueError, match="one fabric"):
+        pf.check(_scenario(tmp_path, failed_switch="s1"))
+    with pytest.raises(ValueError, match="'s99' is not a ToR of zcube; allowed: auto, s1"):
+        pf.check(_scenario(tmp_path, fabrics=["zcube"], failed_switch="s99"))
+    pf.check(_scenario(tmp_path, fabrics=["zcube"], failed_switch="s1"))
+
+
+class _Bed:
+    def __init__(self):
+        self.failed = []
+
+    def fail_switch(self, switch, up=False):
+        self.failed.append(switch)
+        return 0.05
+
+
+class _Replayer:
+    def __init__(self, flows, done=()):
+        self.flows = {f.id: f for f in flows}
+        self.t0 = 0.0
+        self.done = set(done)
+        self.calls = []
+
+    def move(self, fid, src, dst):
+        self.calls.append((fid, src, dst))
+        return None if fid in self.done else f"{fid}~m1"
+
+
+def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
+    flows = [SimpleNamespace(id="a", src="h1", dst="h9"),    # behind the ToR: moves
+             SimpleNamespace(id="b", src="h2", dst="h1"),    # ends on one NIC: stays
+             SimpleNamespace(id="c", src="h3", dst="h4"),    # elsewhere: untouched
+             SimpleNamespace(id="d", src="h5", dst="h6"),    # GPU cut off: stranded
+             SimpleNamespace(id="f", src="h7", dst="h1")]    # already done
+    bed = _Bed()
+    event = pf.ToRFailure(bed, "s1", {"h1": "h2", "h5": None})
+    replayer = _Replayer(flows, done={"f"})
+    event(replayer)
+    assert bed.failed == ["s1"] and event.noticed_s == 0.05
+    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2")]
+    assert event.moved == ["a"], "a finished flow is not counted as moved"
+    assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"
+
+
+def test_ingress_series_steps_per_d():
+    rows = [{"d": 1, "kv_start_s": 0.0, "kv_end_s": 2.0}, {"d": 1, "kv_start_s": 1.0,
+                                                             "kv_end_s": 3.0},
+            {"d": 2, "kv_start_s": 0.5, "kv_end_s": 1.0}, {"d": 2}]
+    series = pd.ingress_series(rows)
+    assert [(r["d"], r["t_s"], r["streams_count"]) for r in series] == [
+        (1, 0.0, 1), (1, 1.0, 2), (1, 2.0, 1), (1, 3.0, 0), (2, 0.5, 1), (2, 1.0, 0)]
+
+
+def test_moved_flows_do_not_count_against_serving():
+    _, _, planned = _plan()
+    x = planned[0]
+    flows = [_result(f"{x.id}-r0", 1, 2, "moved"), _result(f"{x.id}-r0~m1", 2, 3),
+             _result(f"{x.id}-r1", 1, 2)]
+    row = pd.request_rows([x], flows, 0.0)[0]
+    assert row["served"] and row["moved_flows_count"] == 1 and row["kv_end_s"] == 3
