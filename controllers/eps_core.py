@@ -23,7 +23,7 @@ class EpsCore:
         self.fabric = fabric
         self.down_links: Set[frozenset] = set()
         self.table: routing.NextHops = routing.next_hops(
-            fabric.logical_graph(), transit_hosts=self.transit_hosts)
+            routing.base_graph(fabric), transit_hosts=self.transit_hosts)
 
     @property
     def transit_hosts(self) -> bool:
@@ -43,8 +43,9 @@ class EpsCore:
         return msgs
 
     def routes_for(self, circuits: Optional[Dict[str, Set[Circuit]]] = None) -> routing.NextHops:
-        """The route table over a logical graph, without the failed links."""
-        logical = self.fabric.logical_graph(circuits)
+        """The route table over the base graph (`routing.base_graph`: no
+        fast lanes), without the failed links."""
+        logical = routing.base_graph(self.fabric, circuits)
         for u, v in (tuple(link) for link in self.down_links):
             while logical.has_edge(u, v):
                 logical.remove_edge(u, v)

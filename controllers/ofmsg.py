@@ -12,8 +12,12 @@ ETH_TYPE_IPV4 = 0x0800
 PRIORITY_ROUTE = 100
 PRIORITY_CIRCUIT = 100
 PRIORITY_MISS = 0
+PRIORITY_PIN = 200          # above PRIORITY_ROUTE: a pinned pair leaves its destination route
 COOKIE_EPS = 0xE500
 COOKIE_OCS = 0x0C5
+COOKIE_PIN = 0x91 << 56     # pin cookies: this tag in the top byte, the pin's serial below
+COOKIE_PIN_MASK = 0xFF << 56
+COOKIE_EXACT = 2 ** 64 - 1
 
 
 def flow_add(match, actions, priority: int, cookie: int, table_id: int = 0):
@@ -72,6 +76,24 @@ def route_group(group_id: int, ports: Iterable[int], modify: bool = False):
 def route_to_group(ipv4_dst: str, group_id: int):
     match = parser.OFPMatch(eth_type=ETH_TYPE_IPV4, ipv4_dst=ipv4_dst)
     return flow_add(match, [parser.OFPActionGroup(group_id)], PRIORITY_ROUTE, COOKIE_EPS)
+
+
+def pin_match(ipv4_src: str, ipv4_dst: str):
+    return parser.OFPMatch(eth_type=ETH_TYPE_IPV4, ipv4_src=ipv4_src, ipv4_dst=ipv4_dst)
+
+
+def pin_flow(ipv4_src: str, ipv4_dst: str, out_port: int, cookie: int):
+    """One switch's hop of a pinned path: this source-destination pair leaves by out_port."""
+    return flow_add(pin_match(ipv4_src, ipv4_dst), [parser.OFPActionOutput(out_port)],
+                    PRIORITY_PIN, cookie)
+
+
+def pin_delete(ipv4_src: str, ipv4_dst: str, cookie: int):
+    """Remove exactly the pin flow with this match and cookie (strict, cookie fully masked)."""
+    return parser.OFPFlowMod(None, cookie=cookie, cookie_mask=COOKIE_EXACT, table_id=0,
+                             command=ofp.OFPFC_DELETE_STRICT, priority=PRIORITY_PIN,
+                             match=pin_match(ipv4_src, ipv4_dst), out_port=ofp.OFPP_ANY,
+                             out_group=ofp.OFPG_ANY)
 
 
 def circuit_half(in_port: int, out_port: int):

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Set
 from controllers import ofmsg
 from controllers.eps_core import EpsCore
 from controllers.ocs_core import TECHNOLOGIES, OcsCore
+from controllers.pins import PinTable
 from controllers.reconfig import reconfigure
 from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
 
@@ -34,6 +35,7 @@ class FabricService:
         self.dataplane_sync = dataplane_sync
         self.tdf = tdf
         self.eps = EpsCore(fabric)
+        self.pins = PinTable(fabric)
         self.ocs: Dict[str, OcsCore] = {name: OcsCore(fabric, name, tdf)
                                          for name in fabric.ocs_switches}
         self.datapaths: Dict[str, object] = {}
@@ -49,7 +51,8 @@ class FabricService:
     def switch_connected(self, datapath) -> None:
         name = self.fabric.node_by_dpid(datapath.id)
         kind = self.fabric.kind(name)
-        msgs = self.eps.switch_start(name) if kind == EPS else self.ocs[name].switch_start()
+        msgs = self.eps.switch_start(name) + self.pins.switch_start(name) if kind == EPS \
+            else self.ocs[name].switch_start()
         with self._state_lock:
             self.datapaths[name] = datapath
             self.ready.discard(name)
@@ -135,6 +138,7 @@ class FabricService:
                                    "delay_ms": self.fabric.graph.nodes[o].get("delay_ms")}
                                for o, core in self.ocs.items()},
                 "down_links": sorted(sorted(link) for link in self.eps.down_links),
+                "pins": self.pins.state(),
                 "tdf": self.tdf}
 
     def _ocs(self, name) -> OcsCore:
@@ -179,6 +183,23 @@ class FabricService:
             self.apply(batch)
         return {"changed_switches": sorted(batch)}
 
+    def do_pin(self, id: str, path: list) -> dict:
+        """Pin one host pair's packets onto ``path`` (a reserved fast lane)."""
+        with self._reconfig_lock:
+            batch = self.pins.pin(id, path, down_links=self.eps.down_links)
+            try:
+                self.apply(batch)
+            except Exception:
+                self.pins.pins.pop(id, None)
+                raise
+        return {"pin": id, "switches": sorted(batch)}
+
+    def do_unpin(self, id: str) -> dict:
+        with self._reconfig_lock:
+            batch = self.pins.unpin(id)
+            self.apply(batch)
+        return {"unpin": id, "switches": sorted(batch)}
+
     def port_changed(self, datapath, port_no: int, up: bool) -> Optional[dict]:
         """A switch reported a port's link going down or up (OFPPortStatus).
 
@@ -219,10 +240,14 @@ class FabricService:
             return self.do_preset(**args)
         if op == "link":
             return self.do_link(**args)
+        if op == "pin":
+            return self.do_pin(**args)
+        if op == "unpin":
+            return self.do_unpin(**args)
         if op == "technologies":
             return {"technologies": {k: vars(t) for k, t in TECHNOLOGIES.items()}}
         raise ValueError(f"unknown op {op!r}; allowed: status, state, reconfigure, preset, "
-                         "link, technologies")
+                         "link, pin, unpin, technologies")
 
 
 __all__ = ["FabricService", "SwitchError", "OCS"]

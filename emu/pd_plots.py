@@ -63,7 +63,8 @@ def plot_ttft_cdf(result: dict, path: Path) -> Optional[Path]:
 
 
 def plot_bars(result: dict, path: Path) -> Optional[Path]:
-    rows = [r for r in (result.get("metrics") or {}).get("fabrics") or []
+    metrics = result.get("metrics") or {}
+    rows = [r for r in metrics.get("fabrics") or metrics.get("configs") or []
             if isinstance(r, dict) and r.get("ttft_p99_s") is not None]
     if not rows or not _is_pd(result):
         return None
@@ -94,7 +95,8 @@ def plot_d_ingress(result: dict, path: Path) -> Optional[Path]:
     rows = [r for r in metrics.get("d_ingress") or [] if isinstance(r, dict)]
     if not rows or not _is_pd(result):
         return None
-    limits = {_series_key(r): r.get("d_credits_count") for r in metrics.get("fabrics") or []
+    limits = {_series_key(r): r.get("d_credits_count")
+              for r in metrics.get("fabrics") or metrics.get("configs") or []
               if isinstance(r, dict)}
     keys = list(dict.fromkeys(_series_key(r) for r in rows))
     figure = Figure(figsize=(7.0, 1.9 * len(keys) + 1.0), dpi=110)

@@ -32,7 +32,16 @@ random expander is not computed.
 
 Parameters: ``switches`` (S, even), ``downlinks`` (k), ``degree`` (d),
 ``fast_lanes`` (q), ``d_switches``, ``d_downlinks`` (0 = k), ``d_degree``
-(0 = d + d/2), ``gbps``, ``seed``.
+(0 = d + d/2), ``gbps``, ``seed``, ``gpus_per_server`` (GPU g is rank
+g % gpus_per_server of server g // gpus_per_server; wiring does not change).
+
+Emulation at a small GPU count: `small_params` (8 switches of 4 downlinks
+at 16 GPUs, q = 3 fast lanes, a seed whose expander is connected on its own
+and never parallels a fast lane, so a switch pair has at most one link).
+`fast_lane_ports` finds the lanes again in a fabric read back from JSON,
+which keeps no ``lane`` tags (the controller's copy), and
+`without_fast_lanes` is the base fabric that destination routes should use,
+leaving the lanes to pinned KV flows (`traffic.fastlane`, `controllers.pins`).
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ import networkx as nx
 import numpy as np
 
 from topologies.counts import FabricCounts, cable_modules
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import EPS, Fabric, FabricError
 
 ATTEMPTS = 50
 
@@ -108,7 +117,9 @@ def _tag(fabric: Fabric, u: str, v: str, port_u: int, lane: str) -> None:
 
 def build(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: int = 1,
           d_switches: int = 2, d_downlinks: int = 0, d_degree: int = 0, gbps: float = 200.0,
-          seed: int = 1) -> Fabric:
+          seed: int = 1, gpus_per_server: int = 8) -> Fabric:
+    if gpus_per_server < 1:
+        raise FabricError(f"rail-fabric: gpus_per_server must be >= 1, got {gpus_per_server}")
     heavy, down, _ = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
     expander, lanes = switch_links(switches, degree, fast_lanes, d_switches, d_degree, seed,
                                    downlinks, d_downlinks)
@@ -116,13 +127,14 @@ def build(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: in
     fabric = Fabric("rail-fabric", params={
         "switches": switches, "downlinks": downlinks, "degree": degree, "fast_lanes": fast_lanes,
         "d_switches": d_switches, "d_downlinks": d_downlinks, "d_degree": d_degree,
-        "gbps": gbps, "seed": seed})
+        "gbps": gbps, "seed": seed, "gpus_per_server": gpus_per_server})
     nodes = [fabric.add_switch("d-switch" if s in heavy else "p-switch", index=s,
                                layer="AB"[s % 2], radix=radix[s], port_gbps=gbps)
              for s in range(switches)]
     for gpu, pair in enumerate(placement(down)):
         for port, s in enumerate(pair):
-            host = fabric.add_host("gpu", gpu=gpu, nic_port=port, server=gpu // 8, rail=gpu % 8)
+            host = fabric.add_host("gpu", gpu=gpu, nic_port=port, server=gpu // gpus_per_server,
+                                   rail=gpu % gpus_per_server)
             _tag(fabric, host, nodes[s], fabric.add_link(host, nodes[s], gbps)[0], "access")
     for lane, edges in (("expander", expander), ("fast", lanes)):
         for a, b in edges:
@@ -137,7 +149,7 @@ def _radix(switches, down, expander, lanes) -> List[int]:
 
 def counts(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: int = 1,
            d_switches: int = 2, d_downlinks: int = 0, d_degree: int = 0, gbps: float = 200.0,
-           seed: int = 1) -> FabricCounts:
+           seed: int = 1, gpus_per_server: int = 8) -> FabricCounts:
     heavy, down, _ = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
     expander, lanes = switch_links(switches, degree, fast_lanes, d_switches, d_degree, seed,
                                    downlinks, d_downlinks)
@@ -202,3 +214,102 @@ def scaled_params(gpus: int, radix: int) -> dict:
     d_switches = int(round(switches * 0.4 / 2)) * 2
     return {"switches": switches, "downlinks": 32, "degree": 8, "fast_lanes": 8,
             "d_switches": d_switches}
+
+
+# ------------------------------------------------------------------ lanes, small builds
+def _fast_lane_ports_from_params(fabric: Fabric) -> List[Tuple[str, int, str, int]]:
+    """The lanes of a fabric that lost its ``lane`` tags (read back from JSON).
+
+    `build` wires host links, then the expander, then the lanes, so between
+    two switches the expander links hold the lower port numbers.
+    """
+    names = [fabric.params[k] for k in ("switches", "degree", "fast_lanes", "d_switches",
+                                        "d_degree", "seed", "downlinks", "d_downlinks")]
+    expander, lanes = switch_links(*names)
+    by_index = {data["index"]: node for node, data in fabric.graph.nodes(data=True)
+                if data.get("kind") == EPS and "index" in data}
+    result = []
+    for pair in sorted({tuple(sorted(edge)) for edge in lanes}):
+        a, b = by_index[pair[0]], by_index[pair[1]]
+        wired = sorted((d["ports"][a], d["ports"][b]) for d in fabric.graph[a][b].values())
+        skip = sum(1 for edge in expander if tuple(sorted(edge)) == pair)
+        for pa, pb in wired[skip:]:
+            result.append((a, pa, b, pb) if a < b else (b, pb, a, pa))
+    return sorted(result)
+
+
+def fast_lane_ports(fabric: Fabric) -> List[Tuple[str, int, str, int]]:
+    """(switch, port, switch, port) of every KV fast-lane link, switch names in
+    order (``s10`` before ``s8``), sorted.
+
+    From the ``lane="fast"`` edge tags when the fabric has them, else (a
+    fabric read back from JSON, as the controller gets it) from its
+    parameters.  Empty for any other fabric.
+    """
+    if fabric.name != "rail-fabric":
+        return []
+    tagged = [(u, v, d) for u, v, d in fabric.graph.edges(data=True) if "lane" in d]
+    if not tagged:
+        return _fast_lane_ports_from_params(fabric)
+    result = []
+    for u, v, data in tagged:
+        if data["lane"] == "fast":
+            a, b = sorted((u, v))
+            result.append((a, data["ports"][a], b, data["ports"][b]))
+    return sorted(result)
+
+
+SMALL_DOWNLINKS = 4
+SMALL_FAST_LANES = (3, 2, 1)
+SMALL_SEEDS = 200
+
+
+def small_params(gpus: int, gpus_per_server: int = 8) -> dict:
+    """Builder parameters of a small Rail-Fabric with ``gpus`` GPUs, for emulation.
+
+    Switches of 4 GPU downlinks (two NIC ports per GPU: gpus / 2 switches),
+    half of them D-heavy (expander degree 3 against 2), q fast lanes per P
+    switch (3 when the D-heavy switches allow it without parallel lanes),
+    and the first seed whose expander is connected on its own (the base
+    fabric does not need the lanes) and shares no switch pair with a lane
+    (a path of switch names then names its links).  16 GPUs give 8
+    switches, 10 expander links and 12 fast lanes.
+    """
+    if gpus < 16 or gpus % 8:
+        raise FabricError(f"rail-fabric: a small build needs a multiple of 8 GPUs, at least 16, "
+                          f"got {gpus}")
+    switches = gpus * 2 // SMALL_DOWNLINKS
+    d_switches = switches // 2
+    base = {"switches": switches, "downlinks": SMALL_DOWNLINKS, "degree": 2, "d_degree": 3,
+            "d_switches": d_switches}
+    for lanes in SMALL_FAST_LANES:
+        if lanes > d_switches:
+            continue
+        for seed in range(1, SMALL_SEEDS + 1):
+            try:
+                expander, fast = switch_links(switches, 2, lanes, d_switches, 3, seed,
+                                              SMALL_DOWNLINKS)
+            except FabricError:
+                continue
+            pairs = [frozenset(edge) for edge in expander + fast]
+            alone = nx.Graph(expander)
+            alone.add_nodes_from(range(switches))
+            if len(set(pairs)) == len(pairs) and nx.is_connected(alone):
+                return dict(base, fast_lanes=lanes, seed=seed, gpus_per_server=gpus_per_server)
+    raise FabricError(f"rail-fabric: no small build at {gpus} GPUs with a connected expander "
+                      "and no parallel switch links")
+
+
+def without_fast_lanes(fabric: Fabric, logical: nx.MultiGraph) -> nx.MultiGraph:
+    """A copy of ``logical`` without the fast-lane links: the base (expander) fabric.
+
+    Routing over it keeps destination routes off the lanes, which then carry
+    only what is pinned onto them (`controllers.pins`).  Lanes are found by
+    `fast_lane_ports`, so a fabric read back from JSON works too.
+    """
+    lanes = {(a, pa) for a, pa, _, _ in fast_lane_ports(fabric)}
+    base = logical.copy()
+    for u, v, key, data in list(base.edges(keys=True, data=True)):
+        if any((node, data["ports"].get(node)) in lanes for node in (u, v)):
+            base.remove_edge(u, v, key)
+    return base

@@ -58,6 +58,17 @@ def next_hops(logical: nx.MultiGraph, transit_hosts: bool = False,
     return table
 
 
+def base_graph(fabric, circuits=None) -> nx.MultiGraph:
+    """The graph destination routes run over: the logical graph, less the links
+    that only carry pinned flows (Rail-Fabric's KV fast lanes, kept for large
+    KV transfers reserved onto them, `controllers.pins`)."""
+    logical = fabric.logical_graph(circuits)
+    if fabric.name == "rail-fabric":
+        from topologies.rail_fabric import without_fast_lanes
+        return without_fast_lanes(fabric, logical)
+    return logical
+
+
 def shortest_paths(logical: nx.MultiGraph, src: str, dst: str) -> List[List[str]]:
     """Every shortest node path src -> dst that does not transit a host."""
     allowed = logical.subgraph(

@@ -18,8 +18,11 @@ rank i ("don't do P rank i -> D rank j").  Strategies:
   link carries the fewest KV streams now ("the scheduler also checks which
   path is less loaded"); path 1 on a tie.
 
-On other fabrics each rank takes the one shortest path of
-`placement.Topology.paths` (routing there is the controller's business).
+On other fabrics TP rank k takes the k-th (mod their number) shortest
+path of `placement.Topology.paths`, one per NIC port of a multi-port NIC,
+routing there being the controller's business; on HPN, whose dual-ToR NIC
+bonds its two ports, each rank's KV is split over both planes (one flow
+per port).
 The flow's endpoints are the path's first and last hosts: on ZCube they
 choose the NIC ports, hence the path.
 """
@@ -37,6 +40,8 @@ from traffic.placement import PlacementError, Topology
 from traffic.requests import Request
 
 STRATEGIES = ("tp-rank", "request", "least-loaded")
+#: Fabrics whose GPUs bond their NIC ports: a rank's KV goes over all of them.
+BONDED_NICS = ("hpn",)
 
 
 def link_id(u: str, v: str) -> str:
@@ -65,7 +70,8 @@ def rank_paths(topo: Topology, p: int, d: int, strategy: str = "tp-rank",
                              "rank i -> rank i needs equal TP sizes")
     pairs = list(zip(src.gpus, dst.gpus))
     if topo.fabric.name != "zcube":
-        return [topo.paths(a, b)[0] for a, b in pairs]
+        # Multi-port NICs elsewhere (HPN's planes): TP rank k on port k mod ports.
+        return [topo.paths(a, b)[k % len(topo.paths(a, b))] for k, (a, b) in enumerate(pairs)]
     if strategy == "tp-rank":
         return [zcube.select_path(topo.fabric, a, b, tp_rank=k) for k, (a, b) in enumerate(pairs)]
     if request_id is None:
@@ -75,6 +81,17 @@ def rank_paths(topo: Topology, p: int, d: int, strategy: str = "tp-rank",
     loads = link_streams or {}
     candidates = [[topo.paths(a, b)[index] for a, b in pairs] for index in (0, 1)]
     return min(candidates, key=lambda paths: max(_busiest(path, loads) for path in paths))
+
+
+def _check_rank_paths(topo: Topology, p: int, d: int, paths: Sequence[Sequence[str]]) -> None:
+    src, dst = topo.node(p), topo.node(d)
+    if len(paths) != src.tp:
+        raise PlacementError(f"{len(paths)} paths for P node {p} of TP {src.tp}: one per rank")
+    for rank, path in enumerate(paths):
+        if len(path) < 2 or path[0] not in src.hosts[rank] or path[-1] not in dst.hosts[rank]:
+            raise PlacementError(f"rank {rank} path {list(path)} does not run from a host of P "
+                                 f"node {p}'s rank {rank} {list(src.hosts[rank])} to one of D "
+                                 f"node {d}'s {list(dst.hosts[rank])}")
 
 
 def rank_bytes(total_bytes: int, tp: int, bytes_scale: float = 1.0) -> int:
@@ -105,21 +122,47 @@ def kv_transfer(topo: Topology, request: Request, p: int, d: int,
                 config: kvcache.ModelConfig = kvcache.GLM_5_1, on_home: bool = True,
                 strategy: str = "tp-rank", link_streams: Optional[Mapping[str, int]] = None,
                 at_s: float = 0.0, after: Sequence[str] = (), bytes_scale: float = 1.0,
-                group: str = "kv") -> KvTransfer:
+                group: str = "kv", paths: Optional[Sequence[Sequence[str]]] = None
+                ) -> KvTransfer:
     """The request's KV transfer from P node ``p`` to D node ``d``: one flow per TP rank.
 
     Bytes: ``request.transfer_bytes(config, on_home)`` (the delta KV when D is
     the session's home, else the whole prompt's), split evenly over the
     ranks and multiplied by ``bytes_scale`` (emulations shrink GB to what
     their links move in seconds).  Flow ids are ``<request id>-r<rank>``.
+    ``paths`` (one per TP rank, e.g. `traffic.fastlane`'s fast-lane routes)
+    replaces `rank_paths`; they must run from P's rank-k GPU to D's.
     """
-    paths = rank_paths(topo, p, d, strategy, request.id, link_streams)
+    given = paths
+    if paths is None:
+        paths = rank_paths(topo, p, d, strategy, request.id, link_streams)
+    else:
+        paths = [list(path) for path in paths]
+        _check_rank_paths(topo, p, d, paths)
     size = rank_bytes(request.transfer_bytes(config, on_home), len(paths), bytes_scale)
+    if topo.fabric.name in BONDED_NICS and given is None:
+        return _bonded_transfer(topo, request, p, d, size, at_s, after, group)
     flows = [Flow(id=f"{request.id}-r{rank}", src=path[0], dst=path[-1], bytes=size,
                   at_s=at_s, after=tuple(after), group=group)
              for rank, path in enumerate(paths)]
     return KvTransfer(request.id, p, d, tuple(tuple(path) for path in paths),
                       FlowDag(flows, external=tuple(after)))
+
+
+def _bonded_transfer(topo: Topology, request: Request, p: int, d: int, rank_size: int,
+                     at_s: float, after: Sequence[str], group: str) -> KvTransfer:
+    """Each rank's share spread over every port of its bonded NIC (one flow per
+    port, ids ``<request id>-r<rank>p<port>``): HPN's dual-ToR NIC sends on
+    both planes at once."""
+    flows, paths = [], []
+    for rank, (a, b) in enumerate(zip(topo.node(p).gpus, topo.node(d).gpus)):
+        ports = topo.paths(a, b)
+        for port, path in enumerate(ports):
+            paths.append(tuple(path))
+            flows.append(Flow(id=f"{request.id}-r{rank}p{port}", src=path[0], dst=path[-1],
+                              bytes=max(1, math.ceil(rank_size / len(ports))), at_s=at_s,
+                              after=tuple(after), group=group))
+    return KvTransfer(request.id, p, d, tuple(paths), FlowDag(flows, external=tuple(after)))
 
 
 def kv_flows(topo: Topology, request: Request, p: int, d: int, **options) -> FlowDag:

@@ -127,16 +127,22 @@ class Topology:
         """Candidate node paths (host, switches..., host) from one GPU to another.
 
         ZCube: `topologies.zcube.paths`, [P -> A_p -> B_d -> D, P -> B_p ->
-        A_d -> D].  Other fabrics: one shortest path between the GPUs' first
-        NIC hosts.  Cached: zcube.paths scans the hosts on every call.
+        A_d -> D].  Other fabrics: a shortest path from each NIC port of the
+        source GPU to the same NIC port of the destination GPU where one
+        exists (HPN's two planes: port 0 to port 0, port 1 to port 1), else
+        between their first NIC hosts.  Cached: zcube.paths scans the hosts
+        on every call.
         """
         key = (src_gpu, dst_gpu)
         if key not in self._paths:
             if self.fabric.name == "zcube":
                 self._paths[key] = zcube.paths(self.fabric, src_gpu, dst_gpu)
             else:
-                self._paths[key] = [nx.shortest_path(self._logical, self.gpu_hosts[src_gpu][0],
-                                                     self.gpu_hosts[dst_gpu][0])]
+                pairs = list(zip(self.gpu_hosts[src_gpu], self.gpu_hosts[dst_gpu]))
+                found = [nx.shortest_path(self._logical, a, b) for a, b in pairs
+                         if nx.has_path(self._logical, a, b)]
+                self._paths[key] = found or [nx.shortest_path(
+                    self._logical, self.gpu_hosts[src_gpu][0], self.gpu_hosts[dst_gpu][0])]
         return self._paths[key]
 
     def node_hops(self, p: int, d: int) -> float:

@@ -1,7 +1,7 @@
 """Experiment kinds a scenario can name in ``[scenario] kind``."""
 
 from emu.experiments import (allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, pd_failure,
-                             pd_inference, rfabric)
+                             pd_inference, pd_pairing, rfabric)
 
 EXPERIMENTS = {
     "ocs-reconfig": ocs_reconfig,
@@ -13,4 +13,5 @@ EXPERIMENTS = {
     "rfabric": rfabric,
     "pd-inference": pd_inference,
     "pd-failure": pd_failure,
+    "pd-pairing": pd_pairing,
 }

@@ -63,7 +63,7 @@ from emu.experiments.base import Context, Outcome
 from emu.schema import Field
 from topologies import catalog, cost, registry
 from topologies.fabric import FabricError
-from traffic import kvcache
+from traffic import fastlane, kvcache
 from traffic import requests as rq
 from traffic import linkload
 from traffic.capture import FabricCapture
@@ -79,10 +79,9 @@ SUMMARY = "the same seeded P/D request stream on ZCube and ROFT (and RailFly): T
           "P99, throughput, KV P99, peak KV streams per D, cost"
 NEEDS_EMULATION = True
 OWNS_TESTBEDS = True
-FABRICS = ("zcube", "roft", "railfly", "hpn")
+FABRICS = ("zcube", "roft", "railfly", "hpn", "rail-fabric")
 HOTTEST_LINKS = 5
-NOT_FITTING = {"rail-fabric": "its smallest build does not split into TP nodes at the "
-                              "reference GPU count with one NIC per GPU"}
+
 
 FIELDS = {
     "fabrics": Field(list, ["zcube", "roft"], "fabrics to compare, in order, all at the GPU "
@@ -104,6 +103,14 @@ FIELDS = {
                                    "tokens (x tdf)", minimum=0.0),
     "cost_gpus": Field(int, 16384, "GPU count of the network cost comparison", minimum=256),
     "cost_radix": Field(int, 64, "EPS radix of the cost comparison", choices=[64, 128]),
+    "lane_threshold_gb": Field(float, fastlane.LARGE_KV_BYTES / 1e9, "Rail-Fabric: a "
+                               "request whose real KV is at least this many GB takes the fast "
+                               "lanes, reserved and pinned before it starts; smaller ones the "
+                               "expander", minimum=0.0),
+    "lane_capacity": Field(int, 1, "Rail-Fabric: KV rank flows a fast lane carries at once "
+                           "(per direction)", minimum=1, maximum=8),
+    "lane_when_busy": Field(str, "wait", "Rail-Fabric: a large flow whose lane is busy waits "
+                            "for it, or goes over the expander", choices=list(fastlane.WHEN_BUSY)),
     "link_capture": Field(bool, True, "capture every switch port (one tcpdump) and report "
                           "per-link load and the hottest links"),
     "lock_wait_s": Field(float, 600.0, "how long a later fabric waits for the run lock if "
@@ -140,9 +147,8 @@ def fabric_specs(spec: str, names: Sequence[str]) -> Dict[str, str]:
         elif name == "hpn":
             # Two tiers, one segment: every ToR pair (one per plane) is a rail.
             specs[name] = f"hpn,gpus={gpus},gpus_per_server={per_server},radix=8"
-        elif name in NOT_FITTING:
-            raise ValueError(f"pd-inference.fabrics: {name!r} does not fit: "
-                             f"{NOT_FITTING[name]}; allowed: {allowed}")
+        elif name == "rail-fabric":
+            specs[name] = fastlane.rail_fabric_spec(gpus, per_server)
         else:
             raise ValueError(f"pd-inference.fabrics: unknown fabric {name!r}; allowed: "
                              f"{allowed}")
@@ -201,6 +207,7 @@ class Planned:
     prefill_start_s: float
     prefill_end_s: float
     transfer: KvTransfer
+    lanes: Optional[fastlane.LaneTransfer] = None      # Rail-Fabric: the route of each rank
 
     @property
     def id(self) -> str:
@@ -227,11 +234,15 @@ def prefill_seconds(request: rq.Request, ms_per_ktoken: float) -> float:
 
 def plan(topo: Topology, place: Placement, stream: Sequence[rq.Request], scale,
          pairing_name: str = "fixed", ms_per_ktoken: float = 10.0, seed: int = 0,
-         strategy: str = "tp-rank", config: kvcache.ModelConfig = kvcache.GLM_5_1
-         ) -> List[Planned]:
+         strategy: str = "tp-rank", config: kvcache.ModelConfig = kvcache.GLM_5_1,
+         lane_threshold_bytes: float = fastlane.LARGE_KV_BYTES) -> List[Planned]:
     """Pair every request, queue its prefill on P (FIFO, one at a time) and build
-    its KV flows, due when the prefill ends; times in emulated seconds."""
+    its KV flows, due when the prefill ends; times in emulated seconds.  On
+    Rail-Fabric a large request's ranks are routed onto fast lanes
+    (`traffic.fastlane`, spread over the lanes as planned so far)."""
     chooser = pairing(pairing_name, topo, place, config, seed=seed, strategy=strategy)
+    lanes = fastlane.fast_lanes(topo.fabric) if topo.fabric.name == "rail-fabric" else None
+    lane_use: Dict[str, int] = defaultdict(int)
     state = ClusterState()
     p_free: Dict[int, float] = defaultdict(float)
     planned: List[Planned] = []
@@ -246,11 +257,20 @@ def plan(topo: Topology, place: Placement, stream: Sequence[rq.Request], scale,
         start = max(arrival, p_free[choice.p])
         end = start + scale.emu_seconds(prefill_seconds(request, ms_per_ktoken))
         p_free[choice.p] = end
-        transfer = kv_transfer(topo, request, choice.p, choice.d, config=config,
-                               on_home=choice.on_home, strategy=strategy, at_s=end,
-                               bytes_scale=scale.bw_factor * scale.tdf)
+        routed = None
+        if lanes is not None:
+            routed = fastlane.kv_transfer(topo, request, choice.p, choice.d,
+                                          threshold_bytes=lane_threshold_bytes, config=config,
+                                          on_home=choice.on_home, planned=lane_use, lanes=lanes,
+                                          strategy=strategy, at_s=end,
+                                          bytes_scale=scale.bw_factor * scale.tdf)
+            transfer = routed.transfer
+        else:
+            transfer = kv_transfer(topo, request, choice.p, choice.d, config=config,
+                                   on_home=choice.on_home, strategy=strategy, at_s=end,
+                                   bytes_scale=scale.bw_factor * scale.tdf)
         planned.append(Planned(request, choice.p, choice.d, choice.on_home, arrival, start,
-                               end, transfer))
+                               end, transfer, routed))
     return planned
 
 
@@ -423,7 +443,17 @@ def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: 
     """
     link_mbps = ctx.scenario.config["scale"]["link_mbps"]
     dag = FlowDag.merge(*(x.transfer.dag for x in planned))
-    gate = CreditGate(planned, d_credits or max(1, len(planned)))
+    credit_gate = CreditGate(planned, d_credits or max(1, len(planned)))
+    gate, lane_gate = credit_gate, None
+    routed = [x.lanes for x in planned if x.lanes is not None]
+    if routed:
+        settings = ctx.settings
+        lane_gate = fastlane.FastLaneGate.from_transfers(
+            routed, lane_capacity=settings.get("lane_capacity", 1),
+            when_busy=settings.get("lane_when_busy", fastlane.WAIT),
+            pin=lambda fid, path: bed.control.call("pin", id=fid, path=path),
+            unpin=lambda fid: bed.control.call("unpin", id=fid))
+        gate = fastlane.GateChain(credit_gate, lane_gate)
     replayer = Replayer(bed, dag, link_mbps, work_dir, progress=ctx.progress(f"{label} KV flows"),
                         gate=gate.gate, on_done=gate.done, events=events,
                         agent_hosts=agent_hosts)
@@ -438,7 +468,10 @@ def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: 
     ctx.testbeds.record_flows(results)
     rows = request_rows(planned, results, replayer.t0)
     summary, streams = summarize_fabric(rows, ctx.scale, d_credits)
-    summary["credit_peak_per_d_count"] = max(gate.credits.peak_d.values(), default=0)
+    summary["credit_peak_per_d_count"] = max(credit_gate.credits.peak_d.values(), default=0)
+    if lane_gate is not None:
+        summary.update(lane_gate.summary())
+        summary["large_requests_count"] = sum(1 for x in routed if x.large)
     summary["d_credits_count"] = d_credits
     served = Served(results, rows, summary, streams, ingress_series(rows), replayer.t0)
     if capture is not None:
@@ -490,7 +523,8 @@ def run(ctx: Context) -> Outcome:
         topo = topology(fabric, s["tp"])
         place = make_placement(topo, s)
         planned = plan(topo, place, stream, scale, s["pairing"], s["prefill_ms_per_ktoken"],
-                       s["seed"], s["path_strategy"])
+                       s["seed"], s["path_strategy"],
+                       lane_threshold_bytes=s["lane_threshold_gb"] * 1e9)
         dag = FlowDag.merge(*(x.transfer.dag for x in planned))
         ctx.log(f"  {name} ({specs[name]}): P {place.prefill}, D {place.decode}, "
                 f"{len(dag.flows)} KV flows, {dag.total_bytes() / 1e6:.2f} MB emulated")
@@ -508,7 +542,10 @@ def run(ctx: Context) -> Outcome:
                                         "ttft_p99_real_ms", "kv_p99_s",
                                         "throughput_emu_rps",
                                         "throughput_real_rps",
-                                        "peak_streams_per_d_count", "d_credits_count")}})
+                                        "peak_streams_per_d_count", "d_credits_count",
+                                        "lane_flows_count", "expander_flows_count",
+                                        "lane_wait_mean_s")
+            if k in summary or not k.startswith(("lane", "expander"))}})
         all_ingress += [{"fabric": name, **r} for r in served.ingress]
         all_hottest += [{"fabric": name, **r} for r in served.hottest]
         outcome.warnings += [f"{name}: {w}" for w in served.link_warnings]

@@ -52,7 +52,7 @@ def port_tx(bed, switch: str):
 
 
 def shortest_paths(fabric, src, dst):
-    logical = fabric.logical_graph()
+    logical = routing.base_graph(fabric)
     transit = bool(fabric.params.get("transit_hosts"))
     allowed = logical if transit else logical.subgraph(
         n for n, d in logical.nodes(data=True) if d["kind"] != HOST or n in (src, dst))
@@ -77,7 +77,7 @@ def expected_out_ports(fabric, src, dst):
 
 
 def far_apart_pair(fabric):
-    logical = fabric.logical_graph()
+    logical = routing.base_graph(fabric)
     src = fabric.hosts[0]
     lengths = nx.single_source_shortest_path_length(logical, src)
     dst = max((h for h in fabric.hosts if h != src and h in lengths), key=lambda h: lengths[h])
@@ -95,7 +95,7 @@ def test_fabric_reachability_and_routes(name, tmp_path):
             loss = bed.net.ping([bed.net.get(h) for h in component], timeout=2)
             assert loss == 0, f"{name}: ping among {component[0]}..{component[-1]} lost {loss}%"
 
-        table = routing.next_hops(fabric.logical_graph(),
+        table = routing.next_hops(routing.base_graph(fabric),
                                   transit_hosts=bool(fabric.params.get("transit_hosts")))
         for switch in fabric.eps_switches:
             groups = installed_groups(bed, switch)

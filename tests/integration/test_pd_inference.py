@@ -9,6 +9,8 @@ import csv
 import pytest
 
 from tests.integration.utils import assert_no_leftovers, run_ok
+from topologies import rail_fabric, registry
+from traffic import fastlane
 
 pytestmark = pytest.mark.require_root
 
@@ -50,4 +52,28 @@ def test_pd_inference_short_on_zcube(tmp_path):
     payload = sum(int(f["bytes"]) for f in flows)
     assert payload <= sent <= 1.3 * payload, (payload, sent)
     assert "Traceback" not in (run / "zcube" / "controller.log").read_text()
+    assert_no_leftovers()
+
+
+def test_rail_fabric_large_kv_rides_reserved_fast_lanes(tmp_path):
+    run, result = run_ok("pd-inference", tmp_path, "pd-inference.fabrics=rail-fabric",
+                         "pd-inference.requests=8", files=("rail-fabric/links.csv",),
+                         timeout_s=240)
+    rail = result["metrics"]["rail-fabric"]
+    assert rail["served_count"] == 8, rail
+    assert rail["large_requests_count"] >= 1 and rail["lane_flows_count"] >= 1, rail
+    assert rail["lane_peak_count"] <= rail["lane_capacity_count"] == 1, rail
+    # Destination routes keep off the lanes, so what crosses a lane was pinned onto it:
+    # the lanes carry at least the lane flows' payload and nothing near all the KV.
+    fabric = registry.build(fastlane.rail_fabric_spec(16, 2))
+    lanes = {frozenset((a, b)) for a, _, b, _ in rail_fabric.fast_lane_ports(fabric)}
+    with open(run / "rail-fabric" / "links.csv") as stream:
+        on_lanes = sum(int(row["bytes"]) for row in csv.DictReader(stream)
+                       if frozenset((row["src"], row["dst"])) in lanes)
+    with open(run / "flows.csv") as stream:
+        flows = list(csv.DictReader(stream))
+    assert on_lanes > 0
+    total = sum(int(f["bytes"]) for f in flows)
+    assert on_lanes < 1.3 * total, (on_lanes, total)
+    assert "Traceback" not in (run / "rail-fabric" / "controller.log").read_text()
     assert_no_leftovers()

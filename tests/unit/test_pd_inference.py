@@ -143,11 +143,10 @@ def test_credit_gate_admits_whole_requests_within_the_limit():
 
 
 def test_check_names_the_key_for_a_fabric_that_does_not_fit():
-    with pytest.raises(ValueError, match="pd-inference.fabrics.*allowed: zcube, roft, railfly"):
-        pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["zcube", "rail-fabric"])
-    with pytest.raises(ValueError, match="pd-inference.fabrics: unknown fabric"):
+    with pytest.raises(ValueError, match="pd-inference.fabrics: unknown fabric 'fattree'; "
+                                         "allowed: zcube, roft, railfly, hpn, rail-fabric"):
         pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["fattree"])
-    specs = pd.fabric_specs("zcube,n=4,gpus_per_server=2", ["zcube", "roft", "railfly", "hpn"])
+    specs = pd.fabric_specs("zcube,n=4,gpus_per_server=2", list(pd.FABRICS))
     gpus = {pd.gpu_count(registry.build(spec)) for spec in specs.values()}
     assert gpus == {16}
 
@@ -164,3 +163,23 @@ def test_request_without_flows_is_not_served():
     topo, place, _ = _plan()
     x = pd.plan(topo, place, [req], SCALE)[0]
     assert pd.request_rows([x], [], 0.0)[0]["served"] is False
+
+
+def test_rail_fabric_plans_large_requests_onto_fast_lanes_and_small_ones_on_the_expander():
+    topo = pd.topology(registry.build(pd.fabric_specs("zcube,n=4,gpus_per_server=2",
+                                                      ["rail-fabric"])["rail-fabric"]), 2)
+    place = pd.make_placement(topo, SETTINGS)
+    stream = pd.stream_of(SETTINGS)
+    planned = pd.plan(topo, place, stream, SCALE, "fixed", 10.0, 1)
+    assert all(x.lanes is not None for x in planned)
+    large = [x for x in planned if x.lanes.large]
+    assert large and len(large) < len(planned) or large, "deep-thinking has large requests"
+    for x in large:
+        kinds = {route.kind for route in x.lanes.routes}
+        assert kinds <= {"lane", "local"}, kinds
+        for flow, route in zip(x.transfer.dag.flows, x.lanes.routes):
+            assert (flow.src, flow.dst) == (route.path[0], route.path[-1])
+    everything_small = pd.plan(topo, place, stream, SCALE, "fixed", 10.0, 1,
+                               lane_threshold_bytes=float("inf"))
+    assert all(not x.lanes.large and {r.kind for r in x.lanes.routes} <= {"expander", "local"}
+               for x in everything_small)
