@@ -73,7 +73,7 @@ MECHANISM = {
 }
 
 _SHARED = ("workload", "requests", "rate_per_s", "seed", "tp", "placement", "tile", "pairing",
-           "path_strategy", "d_credits", "prefill_ms_per_ktoken", "lock_wait_s")
+           "path_strategy", "d_credits", "prefill_ms_per_ktoken", "path_credits", "lock_wait_s")
 FIELDS = {key: pd.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabrics": Field(list, list(FABRICS), "fabrics to compare, in order, all at the GPU count "

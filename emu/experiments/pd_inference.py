@@ -69,7 +69,7 @@ from traffic import linkload
 from traffic.capture import FabricCapture
 from traffic.credits import Credits
 from traffic.flows import FlowDag
-from traffic.kvflows import STRATEGIES, KvTransfer, kv_transfer
+from traffic.kvflows import STRATEGIES, KvTransfer, kv_transfer, link_id
 from traffic.pairing import PAIRINGS, ClusterState, pairing
 from traffic.placement import TILES, Placement, PlacementError, Topology, placement
 from traffic.replay import Replayer
@@ -99,6 +99,8 @@ FIELDS = {
     "path_strategy": Field(str, "tp-rank", "ZCube dual-path choice", choices=list(STRATEGIES)),
     "d_credits": Field(int, 2, "KV streams (requests) a D accepts at once", minimum=1,
                        maximum=8),
+    "path_credits": Field(int, 0, "KV streams a switch-to-switch link admits at once (path "
+                          "credits); 0: no path credits", minimum=0, maximum=16),
     "prefill_ms_per_ktoken": Field(float, 5.0, "prefill compute, real ms per 1K new prompt "
                                    "tokens (x tdf)", minimum=0.0),
     "cost_gpus": Field(int, 16384, "GPU count of the network cost comparison", minimum=256),
@@ -181,14 +183,17 @@ def check(scenario) -> None:
         gpus = gpu_count(fabric)
 
 
-def check_fabric_fits(name: str, spec: str, fabric, settings, section: str = SECTION) -> None:
+def check_fabric_fits(name: str, spec: str, fabric, settings, section: str = SECTION,
+                      key: str = "fabrics") -> None:
     """The fabric splits into TP nodes and takes the placement, or ValueError."""
     try:
         topo = topology(fabric, settings["tp"])
         make_placement(topo, settings)
     except (FabricError, PlacementError) as exc:
-        raise ValueError(f"{section}.fabrics: {name!r} ({spec}) does not work here: "
-                         f"{exc}; allowed: {', '.join(FABRICS)}") from None
+        raise ValueError(f"{section}.{key}: {name!r} ({spec}) does not work with "
+                         f"{section}.tp={settings['tp']} and {section}.placement="
+                         f"{settings['placement']!r}: {exc}; allowed fabrics: "
+                         f"{', '.join(FABRICS)}") from None
     if any(node.tp != settings["tp"] for node in topo.nodes):
         raise ValueError(f"{section}.tp={settings['tp']} does not divide {name!r}'s "
                          f"{gpu_count(fabric)} GPUs into equal nodes")
@@ -275,20 +280,32 @@ def plan(topo: Topology, place: Placement, stream: Sequence[rq.Request], scale,
 
 
 # ---------------------------------------------------------------- credits as a gate
+def fabric_links(transfer: KvTransfer) -> List[str]:
+    """The switch-to-switch links a transfer crosses: what path credits meter
+    (a D's own ports are its ingress credits' business)."""
+    return sorted({link_id(u, v) for path in transfer.paths
+                   for u, v in zip(path[1:-2], path[2:-1])})
+
+
 class CreditGate:
-    """KV ingress credits per D for the replayer: one request = one stream.
+    """KV ingress credits per D, and optionally path credits, for the replayer:
+    one request = one stream.
 
     ``gate(flow)`` asks credit for the flow's request the first time one of its
     flows is due and admits all its flows once granted; ``done(result)``
-    releases the credit when the request's last flow has finished.
+    releases the credit when the request's last flow has finished.  With
+    ``path_limit``, a request also needs a credit on every switch-to-switch
+    link of its path (at most ``path_limit`` KV streams per link): "a P waits
+    for both D credit and path credit".
     """
 
     def __init__(self, planned: Sequence[Planned], limit: int,
-                 clock: Callable[[], float] = time.time):
-        self.credits = Credits(d_credits=limit)
+                 clock: Callable[[], float] = time.time, path_limit: Optional[int] = None):
+        self.credits = Credits(d_credits=limit, link_credits=path_limit)
         self.limit = limit
         self.clock = clock
         self.d_of = {x.id: x.d for x in planned}
+        self.links_of = {x.id: fabric_links(x.transfer) for x in planned}
         self.left = {x.id: len(x.flow_ids) for x in planned}
         self.granted: set = set()
         self.asked: set = set()
@@ -297,7 +314,7 @@ class CreditGate:
         rid = request_of(flow.id)
         if rid not in self.asked:
             self.asked.add(rid)
-            grants = self.credits.ask(rid, self.d_of[rid], now=self.clock())
+            grants = self.credits.ask(rid, self.d_of[rid], self.links_of[rid], now=self.clock())
             self.granted |= {g.request_id for g in grants}
             self.credits.check()
         return rid in self.granted
@@ -443,7 +460,8 @@ def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: 
     """
     link_mbps = ctx.scenario.config["scale"]["link_mbps"]
     dag = FlowDag.merge(*(x.transfer.dag for x in planned))
-    credit_gate = CreditGate(planned, d_credits or max(1, len(planned)))
+    credit_gate = CreditGate(planned, d_credits or max(1, len(planned)),
+                             path_limit=ctx.settings.get("path_credits") or None)
     gate, lane_gate = credit_gate, None
     routed = [x.lanes for x in planned if x.lanes is not None]
     if routed:
@@ -469,6 +487,10 @@ def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: 
     rows = request_rows(planned, results, replayer.t0)
     summary, streams = summarize_fabric(rows, ctx.scale, d_credits)
     summary["credit_peak_per_d_count"] = max(credit_gate.credits.peak_d.values(), default=0)
+    if credit_gate.credits.link_credits:
+        summary["path_credits_count"] = credit_gate.credits.link_credits
+        summary["path_credit_peak_per_link_count"] = max(
+            credit_gate.credits.peak_link.values(), default=0)
     if lane_gate is not None:
         summary.update(lane_gate.summary())
         summary["large_requests_count"] = sum(1 for x in routed if x.large)

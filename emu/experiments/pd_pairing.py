@@ -41,7 +41,8 @@ SUMMARY = "P/D pairing strategies x KV ingress credits on/off on one fabric: TTF
 NEEDS_EMULATION = True
 OWNS_TESTBEDS = True
 
-_SHARED = ("workload", "seed", "tp", "placement", "tile", "path_strategy", "lock_wait_s")
+_SHARED = ("workload", "seed", "tp", "placement", "tile", "path_strategy", "path_credits",
+           "lock_wait_s")
 FIELDS = {key: pd.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabric": Field(str, "zcube", "the fabric, at the GPU count of fabric.spec",
@@ -86,7 +87,7 @@ def check(scenario) -> None:
         raise ValueError(f"pd-pairing.credits={s['credits']}: each must be 0 (no credits) to 8, "
                          "without repeats")
     spec = pd.fabric_specs(scenario.config["fabric"]["spec"], [s["fabric"]])[s["fabric"]]
-    pd.check_fabric_fits(s["fabric"], spec, registry.build(spec), s, SECTION)
+    pd.check_fabric_fits(s["fabric"], spec, registry.build(spec), s, SECTION, key="fabric")
 
 
 def run(ctx: Context) -> Outcome:

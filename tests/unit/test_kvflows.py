@@ -110,3 +110,25 @@ def test_other_fabrics_use_one_shortest_path_per_rank():
     assert [len(path) for path in paths] == [3, 3, 3, 3]      # host, rail switch, host
     dag = kv_flows(topo, request(), 0, 1)
     assert len(dag.flows) == 4
+
+
+def test_hpn_rank_kv_is_split_over_both_planes_of_the_bonded_nic():
+    from topologies import registry as _registry
+    from traffic import kvflows as _kvflows
+    from traffic.placement import Topology as _Topology
+    from traffic.requests import Request as _Request
+
+    fabric = _registry.build("hpn,gpus=16,gpus_per_server=2,radix=8")
+    topo = _Topology(fabric, gpus_per_node=2)
+    request = _Request("q1", "s1", 0, 0.0, 4096, 0, 16)
+    transfer = _kvflows.kv_transfer(topo, request, 0, 3, bytes_scale=1e-3)
+    flows = transfer.dag.flows
+    assert [f.id for f in flows] == ["q1-r0p0", "q1-r0p1", "q1-r1p0", "q1-r1p1"]
+    for flow in flows:
+        port = int(flow.id[-1])
+        assert fabric.graph.nodes[flow.src]["nic_port"] == port
+        assert fabric.graph.nodes[flow.dst]["nic_port"] == port
+    ranks = [topo.node(0).gpus, topo.node(3).gpus]
+    assert {fabric.graph.nodes[f.src]["gpu"] for f in flows} == set(ranks[0])
+    assert len({f.bytes for f in flows}) == 1
+    assert len(transfer.paths) == len(flows)

@@ -183,3 +183,27 @@ def test_rail_fabric_plans_large_requests_onto_fast_lanes_and_small_ones_on_the_
                                lane_threshold_bytes=float("inf"))
     assert all(not x.lanes.large and {r.kind for r in x.lanes.routes} <= {"expander", "local"}
                for x in everything_small)
+
+
+def test_path_credits_hold_a_request_whose_fabric_link_is_full():
+    _, _, planned = _plan()
+    links = {x.id: pd.fabric_links(x.transfer) for x in planned}
+    for x in planned:
+        for path in x.transfer.paths:
+            assert all(not link.startswith("h") for link in links[x.id])
+            assert len(path) >= 3
+    # Two requests sharing a switch-to-switch link; D credits (4) never bind here.
+    pair = next(((a, b) for a in planned for b in planned
+                 if a is not b and set(links[a.id]) & set(links[b.id])), None)
+    assert pair is not None, "the stream must have two requests sharing a fabric link"
+    a, b = pair
+    clock = iter(range(1000)).__next__
+    unlimited = pd.CreditGate([a, b], 4, clock=lambda: float(clock()))
+    assert unlimited.gate(_Flow(f"{a.id}-r0")) and unlimited.gate(_Flow(f"{b.id}-r0"))
+    gate = pd.CreditGate([a, b], 4, clock=lambda: float(clock()), path_limit=1)
+    assert gate.gate(_Flow(f"{a.id}-r0"))
+    assert not gate.gate(_Flow(f"{b.id}-r0")), "b's D has credit but a shared link has not"
+    for rank in range(len(a.flow_ids)):
+        gate.done(_result(f"{a.id}-r{rank}", 0, 1))
+    assert gate.gate(_Flow(f"{b.id}-r0"))
+    assert max(gate.credits.peak_link.values()) == 1
