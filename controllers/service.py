@@ -36,6 +36,7 @@ class FabricService:
         self.tdf = tdf
         self.eps = EpsCore(fabric)
         self.pins = PinTable(fabric)
+        self.dropped_pins: Set[str] = set()
         self.ocs: Dict[str, OcsCore] = {name: OcsCore(fabric, name, tdf)
                                          for name in fabric.ocs_switches}
         self.datapaths: Dict[str, object] = {}
@@ -180,8 +181,14 @@ class FabricService:
             link = frozenset((u, v))
             (self.eps.down_links.discard if up else self.eps.down_links.add)(link)
             batch = self.eps.reroute()
+            dropped = [] if up else self.pins.crossing([link])
+            for pin_id in dropped:
+                # A pinned pair over a dead link falls back to its destination route.
+                for switch, msgs in self.pins.unpin(pin_id).items():
+                    batch.setdefault(switch, []).extend(msgs)
+                self.dropped_pins.add(pin_id)
             self.apply(batch)
-        return {"changed_switches": sorted(batch)}
+        return {"changed_switches": sorted(batch), "dropped_pins": dropped}
 
     def do_pin(self, id: str, path: list) -> dict:
         """Pin one host pair's packets onto ``path`` (a reserved fast lane)."""
@@ -195,7 +202,12 @@ class FabricService:
         return {"pin": id, "switches": sorted(batch)}
 
     def do_unpin(self, id: str) -> dict:
+        """Remove a pin; one already dropped by a link failure (`do_link`) is
+        not an error, since its owner cannot know."""
         with self._reconfig_lock:
+            if id in self.dropped_pins:
+                self.dropped_pins.discard(id)
+                return {"unpin": id, "switches": [], "dropped_by_failure": True}
             batch = self.pins.unpin(id)
             self.apply(batch)
         return {"unpin": id, "switches": sorted(batch)}

@@ -149,12 +149,13 @@ def plot_failure(result: dict, path: Path) -> Optional[Path]:
                 r.get("served") and r.get("ttft_s") is not None]
     for index, row in enumerate(failures):
         color = f"C{index}"
-        for run, marker, fill in (("healthy", "o", "none"), ("failure", "x", color)):
+        for run, style in (("healthy", {"marker": "o", "facecolors": "none",
+                                        "edgecolors": color}),
+                           ("failure", {"marker": "x", "color": color})):
             points = [r for r in requests if r.get("fabric") == row["fabric"]
                       and r.get("run") == run]
             right.scatter([r["arrival_s"] for r in points], [r["ttft_s"] for r in points],
-                          marker=marker, facecolors=fill, edgecolors=color, color=color, s=18,
-                          label=f"{row['fabric']} {run}")
+                          s=18, label=f"{row['fabric']} {run}", **style)
         if row.get("failed_at_s") is not None:
             right.axvline(float(row["failed_at_s"]), color=color, linestyle=":", linewidth=1)
     right.set_xlabel("arrival, emulated s (dotted: the ToR fails)")

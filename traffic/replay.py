@@ -145,7 +145,9 @@ class Replayer:
     in the replay loop at their time, e.g. a switch failure; a callback may
     `move` flows to other hosts (a NIC failing over to its other port).
     Hosts in ``agent_hosts`` get a host agent from the start, so a flow
-    moved to them does not wait for one.
+    moved to them does not wait for one.  ``on_moved(old_id, new_id)`` is
+    told when a started flow is cancelled and resent (``on_done`` never
+    hears of the cancelled one): a gate frees what the old one held.
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
@@ -153,7 +155,8 @@ class Replayer:
                  gate: Optional[Callable[[Flow], bool]] = None,
                  on_done: Optional[Callable[[FlowResult], None]] = None,
                  events: Sequence[Tuple[float, Callable[["Replayer"], None]]] = (),
-                 agent_hosts: Sequence[str] = ()):
+                 agent_hosts: Sequence[str] = (),
+                 on_moved: Optional[Callable[[str, str], None]] = None):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -163,6 +166,7 @@ class Replayer:
         self.on_done = on_done
         self.events = sorted(events, key=lambda event: event[0])
         self.agent_hosts = tuple(agent_hosts)
+        self.on_moved = on_moved
         self.t0 = 0.0
         self._ports: Dict[str, int] = {}
         # Replay state, shared by the loop and the event callbacks.
@@ -250,6 +254,8 @@ class Replayer:
             if fid in other.after:
                 self.flows[other_id] = dataclasses.replace(
                     other, after=tuple(new_id if d == fid else d for d in other.after))
+        if self.on_moved:
+            self.on_moved(fid, new_id)
         return new_id
 
     # ------------------------------------------------------------ the loop

@@ -474,7 +474,8 @@ def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: 
         gate = fastlane.GateChain(credit_gate, lane_gate)
     replayer = Replayer(bed, dag, link_mbps, work_dir, progress=ctx.progress(f"{label} KV flows"),
                         gate=gate.gate, on_done=gate.done, events=events,
-                        agent_hosts=agent_hosts)
+                        agent_hosts=agent_hosts,
+                        on_moved=(lambda old, new: lane_gate.release(old)) if lane_gate else None)
     capture = None
     if links_dir is not None:
         capture = FabricCapture(bed.fabric, name="links").start(Path(links_dir) / "captures")

@@ -303,3 +303,22 @@ def test_rail_fabric_destination_routes_keep_off_the_fast_lanes():
             assert ports, f"{switch} must still reach {host} over the expander"
             assert not {(switch, p) for p in ports} & lane_ports, \
                 f"{switch} -> {host} routes over a fast lane: {ports}"
+
+
+def test_a_link_failure_drops_the_pins_across_it_and_their_owner_may_still_unpin(rail):
+    fabric, _, path = rail
+    service = FabricService(fabric)
+    network = FakeNetwork(fabric, on_barrier=service.barrier_replied)
+    network.connect(service)
+    service.handle({"op": "pin", "id": "kv-1", "path": path})
+    assert paths(network, path[0], path[-1]) == [path]
+    reply = service.do_link(path[1], path[2], up=False)
+    assert reply["dropped_pins"] == ["kv-1"]
+    assert service.state()["pins"] == {}
+    after = paths(network, path[0], path[-1])
+    assert after and all(frozenset(hop) != frozenset(path[1:3])
+                         for p in after for hop in zip(p, p[1:])), \
+        "the pair falls back to destination routes that avoid the dead link"
+    assert service.handle({"op": "unpin", "id": "kv-1"})["dropped_by_failure"] is True
+    with pytest.raises(FabricError, match="no active pin"):
+        service.handle({"op": "unpin", "id": "kv-1"})

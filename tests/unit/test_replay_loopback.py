@@ -101,10 +101,13 @@ def test_event_moves_a_running_flow_and_an_unarmed_one_to_other_hosts(tmp_path):
                    Flow("slow", "a", "b", 2_000_000, rate_mbps=16.0),
                    Flow("after-slow", "b", "c", 20_000, after=("slow",)),
                    Flow("later", "a", "c", 20_000, at_s=3.0)])
+    told = []
     replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", on_done=finished.append,
-                        events=[(0.4, fail_a)], agent_hosts=["a2"])
+                        events=[(0.4, fail_a)], agent_hosts=["a2"],
+                        on_moved=lambda old, new: told.append((old, new)))
     results = {r.id: r for r in replayer.run()}
     assert moves == {"running": "slow~m1", "later": "later", "done": None}
+    assert told == [("slow", "slow~m1")], "only a cancelled-and-resent flow is reported moved"
     assert results["slow"].status == "moved" and "slow~m1" in results["slow"].error
     assert results["slow~m1"].status == "ok" and results["slow~m1"].src == "a2"
     assert results["slow~m1"].bytes_received >= 2_000_000, "a moved flow resends every byte"
