@@ -9,6 +9,8 @@ Every Mininet command works (``pingall``, ``h1 ping h2``, ``iperf``...), and:
     ocs preset OCS NAME [MS]     change the technology (NAME custom takes MS)
     fabric                       the fabric's summary and counts
     route SRC DST                the current shortest path(s)
+    fail SWITCH | fail U V       a switch or a link goes down; the controller reroutes
+    restore SWITCH | restore U V back up
     load [SECONDS]               per-link rates from the OVS port counters
     replay NAME ARGS             run a traffic pattern and print its result
                                  (allreduce, broadcast, kvburst, pairs, flow)
@@ -69,6 +71,19 @@ def parse_circuits(words: List[str]) -> List[Tuple[int, int]]:
             raise UsageError(f"{word!r} is not a circuit; write port pairs like 1-4")
         circuits.append((int(match.group(1)), int(match.group(2))))
     return circuits
+
+
+def failure_links(fabric, words: List[str]) -> List[Tuple[str, str]]:
+    """The links ``fail``/``restore`` act on: every link of one switch, or one link."""
+    if len(words) == 1 and words[0] in fabric.switches:
+        return sorted(tuple(sorted((words[0], peer)))
+                      for peer in set(fabric.graph.neighbors(words[0])))
+    if len(words) == 2 and fabric.graph.has_edge(*words):
+        return [tuple(sorted(words))]
+    if len(words) == 2 and all(w in fabric.graph for w in words):
+        raise UsageError(f"no link {words[0]}-{words[1]} in the fabric")
+    raise UsageError(f"usage: fail SWITCH | fail NODE NODE (a link), e.g. fail "
+                     f"{fabric.switches[0]}; switches are {', '.join(fabric.switches)}")
 
 
 class FabricCLI(CLI):
@@ -178,15 +193,19 @@ class FabricCLI(CLI):
     @_guarded
     def do_route(self, line):
         """route SRC DST   the current shortest path(s) from SRC to DST over the static
-                        links and the lit circuits (ECMP spreads flows over all)"""
+                        links that are up and the lit circuits (ECMP spreads flows
+                        over all)"""
         words = line.split()
         if len(words) != 2:
             raise UsageError("usage: route SRC DST, e.g. route h1 h4")
         src, dst = self._hosts(",".join(words))
-        logical = self.fabric.logical_graph()
+        logical = routing.base_graph(self.fabric)
+        for u, v in self.bed.control.call("state")["down_links"]:
+            while logical.has_edge(u, v):
+                logical.remove_edge(u, v)
         paths = routing.shortest_paths(logical, src, dst)
         if not paths:
-            print(f"{src} cannot reach {dst} over the current circuits")
+            print(f"{src} cannot reach {dst} over the current circuits and links")
             return
         for path in paths:
             hops = [path[0]]
@@ -196,6 +215,28 @@ class FabricCLI(CLI):
                 hops.append(f"({', '.join(via)}) -> {v}" if via else f"-> {v}")
             print(" ".join(hops))
         print(f"{len(paths)} equal-cost path(s) of {len(paths[0]) - 1} hops")
+
+    # ------------------------------------------------------------ failures
+    def _set_links(self, line: str, up: bool) -> None:
+        links = failure_links(self.fabric, line.split())
+        took = self.bed.set_links(links, up)
+        what = line.strip().replace(" ", "-")
+        print(f"{what} {'up' if up else 'down'}: {len(links)} link(s); the controller "
+              f"{'restored its routes' if up else 'rerouted'} in {took:.2f} s")
+
+    @_guarded
+    def do_fail(self, line):
+        """fail SWITCH        every link of SWITCH goes down (a switch failure)
+        fail NODE NODE     the link between two nodes goes down
+        Both ends go down as with Mininet's 'link ... down'; the switches report
+        the ports and the controller reroutes on its own.  'route' then shows
+        the paths that are left."""
+        self._set_links(line, up=False)
+
+    @_guarded
+    def do_restore(self, line):
+        """restore SWITCH | restore NODE NODE   bring failed links back up"""
+        self._set_links(line, up=True)
 
     # ------------------------------------------------------------ load
     def _port_counters(self) -> Dict[Tuple[str, int], int]:

@@ -319,6 +319,9 @@ def _flatten(metrics: dict, prefix: str = "") -> Iterable[Tuple[str, Any]]:
             yield name, value
 
 
+NOTES_KEY = "notes"
+
+
 def _is_identity(scale: Scale) -> bool:
     return scale.bw_factor == 1.0 and scale.tdf == 1.0
 
@@ -560,6 +563,8 @@ def _metrics_section(result: dict, scale: Scale) -> List[str]:
     metrics = result.get("metrics") or {}
     scalars, tables = [], []
     for key, value in _flatten(metrics):
+        if key == NOTES_KEY:
+            continue            # rendered as prose (`_notes_section`)
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             tables.append((key, value))
         else:
@@ -599,6 +604,14 @@ def _metrics_section(result: dict, scale: Scale) -> List[str]:
                       f"({scale.tdf:g}) and rates by the bandwidth factor "
                       f"({scale.bw_factor:g}) for real-world ones."]
     return lines
+
+
+def _notes_section(result: dict) -> List[str]:
+    """An experiment's own explanation of its figures (``metrics.notes``)."""
+    notes = (result.get("metrics") or {}).get(NOTES_KEY) or []
+    if not isinstance(notes, list) or not notes:
+        return []
+    return ["## Reading the figures", ""] + [f"- {_plain(note)}" for note in notes] + [""]
 
 
 def _stat_row(name: str, values: List[float], unit: str,
@@ -713,6 +726,7 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
     lines += _run_section(result, scale) + [""]
     lines += _fidelity_section(result) + [""]
     lines += _metrics_section(result, scale) + [""]
+    lines += _notes_section(result)
     steps = result.get("steps") or []
     if steps:
         total = sum(float(step["duration_s"]) for step in steps)

@@ -170,6 +170,26 @@ def compare(healthy: dict, failed: dict) -> dict:
                 healthy.get("kv_mean_s"), failed.get("kv_mean_s"), False)}
 
 
+def notes(rows: Sequence[dict]) -> List[str]:
+    """What the degradation of each fabric comes from, for the report."""
+    lines = ["Degradation compares the requests that arrive after the failure with the same "
+             "requests in the healthy run (same stream, same testbed); positive is worse. The "
+             "text's figures are for a 4K-GPU cluster running collectives, where one ToR is a "
+             "few percent of the cluster; here it is a quarter to a half of 16 GPUs."]
+    for row in rows:
+        lines.append(f"{row['fabric']}: {MECHANISM[row['fabric']]}. {row['failed_switch']} "
+                     f"({row['role']}) served {row['nic_ports_failed_over_count']} NIC ports; "
+                     f"{row['moved_flows_count']} KV flows moved (a running one is resent in "
+                     f"full), the control plane saw the failure in "
+                     f"{row['control_notice_ms']:.0f} ms.")
+    lines.append("ZCube's second port sits on the other switch layer, which the sending rank "
+                 "does not otherwise use, so moved flows find idle ports. ROFT's affected GPUs "
+                 "share a server mate's NIC (half the bandwidth for both). An HPN ToR at this "
+                 "scale carries one rail of the whole cluster in one plane, so every request "
+                 "has a rank on it and loses half of that rank's bandwidth.")
+    return lines
+
+
 # ---------------------------------------------------------------- the failure
 class ToRFailure:
     """The replay event: fail the ToR from Mininet, then move the flows behind it."""
@@ -278,6 +298,7 @@ def run(ctx: Context) -> Outcome:
                 + (f"{row['throughput_degradation_pct']:+.1f}% worse"
                    if row.get("throughput_degradation_pct") is not None else "not compared")
                 + f" (text: {TEXT_DEGRADATION_PCT[name]}%)")
+    metrics["notes"] = notes(rows_out)
     metrics["failures"] = rows_out
     metrics["windows"] = windows_out
     metrics["requests"] = requests_out

@@ -62,6 +62,8 @@ def _check_cli_output(command: Command, output: str) -> None:
         r"route ": r".* equal-cost path\(s\) of \d+ hops",
         r"replay ": r"\d+/\d+ flows ok; completion",
         r"ocs set ": r"\S+: tore \d+, lit \d+, kept \d+ circuit\(s\)",
+        r"fail ": r"\S+ down: \d+ link\(s\); the controller rerouted in",
+        r"restore ": r"\S+ up: \d+ link\(s\); the controller restored its routes in",
         r"h\d+ ping ": r"\d+ packets transmitted, \d+ received",
     }
     for command_re, result_re in expected.items():

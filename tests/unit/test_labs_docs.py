@@ -30,7 +30,7 @@ from topologies import routing
 REPO = Path(__file__).resolve().parents[2]
 LABS_DIR = REPO / "docs" / "labs"
 LABS = ("01-circuits.md", "02-oversubscription.md", "03-rfabric-weight-sync.md",
-        "04-zcube-vs-roft-kv.md", "05-pd-sizing.md")
+        "04-zcube-vs-roft-kv.md", "05-pd-sizing.md", "06-failures.md")
 SECTIONS = ("Goal", "Commands", "Observe", "Question")
 ROOT_PREFIX = ("sudo", ".venv/bin/python", "-m", "emu.run")
 USER_PREFIX = (".venv/bin/python", "-m", "emu.run")
@@ -206,10 +206,11 @@ def _cli_commands():
     return [(name, c) for name in LABS for c in lab_commands(_lab_path(name)) if c.args.cli_script]
 
 
-def _check_script_line(line: str, fabric, cli) -> None:
+def _check_script_line(line: str, fabric, cli, down: set) -> None:
     """Raise AssertionError if the lab CLI would refuse `line` on `fabric` (whose
-    circuits follow the script's ``ocs set`` lines)."""
-    from emu.cli import FabricCLI, parse_circuits
+    circuits follow the script's ``ocs set`` lines, and whose ``down`` links
+    its ``fail`` and ``restore`` lines)."""
+    from emu.cli import FabricCLI, failure_links, parse_circuits
 
     assert "#" not in line, ("no comments in CLI scripts: Mininet's source runs '#' lines "
                              "as commands and prints '*** Unknown command'")
@@ -218,7 +219,10 @@ def _check_script_line(line: str, fabric, cli) -> None:
         assert args, "a host command needs a command after the host name"
         return
     assert hasattr(FabricCLI, f"do_{word}"), f"unknown CLI command {word!r}"
-    logical = fabric.logical_graph()
+    logical = routing.base_graph(fabric)
+    for u, v in down:
+        while logical.has_edge(u, v):
+            logical.remove_edge(u, v)
 
     def reachable(src, dst):
         assert routing.shortest_paths(logical, src, dst), \
@@ -232,6 +236,14 @@ def _check_script_line(line: str, fabric, cli) -> None:
         dag = cli._pattern(shlex.split(line)[1:])
         for flow in dag.flows:
             reachable(flow.src, flow.dst)
+    elif word in ("fail", "restore"):
+        links = set(failure_links(fabric, args))
+        if word == "fail":
+            assert not links & down, f"{sorted(links & down)} already down"
+            down |= links
+        else:
+            assert links <= down, f"{sorted(links - down)} are not down"
+            down -= links
     elif word == "load":
         assert len(args) <= 1 and (not args or 0 < float(args[0]) <= 60), "usage: load [SECONDS]"
     elif word == "ocs" and args:
@@ -258,9 +270,10 @@ def test_every_cli_script_line_fits_its_fabric(name, command):
     cli.fabric = fabric
     lines = script_lines(command.script)
     assert lines, f"{command.script} is empty"
+    down = set()
     for number, line in enumerate(lines, 1):
         try:
-            _check_script_line(line, fabric, cli)
+            _check_script_line(line, fabric, cli, down)
         except (AssertionError, ValueError, KeyError) as exc:
             raise AssertionError(f"{command.args.cli_script} line {number} ({line!r}) on "
                                  f"{fabric.name}: {exc}") from None

@@ -190,3 +190,16 @@ def test_metric_units():
     assert metric_unit("delay_real_s").is_real
     assert metric_unit("status").kind == "unknown"
     assert metric_unit("_s").kind == "unknown"
+
+
+def test_notes_are_prose_after_the_figures_not_a_metric():
+    from emu import report
+    from emu.scale import Scale
+
+    result = {"metrics": {"x_s": 1.0, "notes": ["why x is what it is", "and y"]}}
+    scale = Scale.from_rates(100, 10)
+    metrics = "\n".join(report._metrics_section(result, scale))
+    assert "why x" not in metrics and "`x_s`" in metrics
+    assert report._notes_section(result) == ["## Reading the figures", "",
+                                             "- why x is what it is", "- and y", ""]
+    assert report._notes_section({"metrics": {}}) == []
