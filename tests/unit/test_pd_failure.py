@@ -124,3 +124,25 @@ def test_moved_flows_do_not_count_against_serving():
              _result(f"{x.id}-r1", 1, 2)]
     row = pd.request_rows([x], flows, 0.0)[0]
     assert row["served"] and row["moved_flows_count"] == 1 and row["kv_end_s"] == 3
+
+
+def test_repeats_sum_counts_average_figures_and_keep_the_spread():
+    same = {"fabric": "zcube", "failed_switch": "s6", "role": "zcube-b"}
+    rows = [{**same, "moved_flows_count": 3, "served_count": 8,
+             "nic_ports_failed_over_count": 4, "control_notice_ms": 100.0,
+             "throughput_degradation_pct": -2.0, "text_degradation_pct": 2.8,
+             "mechanism": "m"},
+            {**same, "moved_flows_count": 5, "served_count": 8,
+             "nic_ports_failed_over_count": 4, "control_notice_ms": 200.0,
+             "throughput_degradation_pct": 6.0, "text_degradation_pct": 2.8,
+             "mechanism": "m"}]
+    row = pf.summarize_repeats(rows)
+    assert row["moved_flows_count"] == 8 and row["served_count"] == 16
+    assert row["nic_ports_failed_over_count"] == 4 and row["text_degradation_pct"] == 2.8
+    assert row["control_notice_ms"] == pytest.approx(150.0)
+    assert row["throughput_degradation_pct"] == pytest.approx(2.0)
+    assert (row["throughput_degradation_min_pct"], row["throughput_degradation_max_pct"]) == \
+        (-2.0, 6.0)
+    assert row["repeats_count"] == 2 and row["mechanism"] == "m"
+    notes = pf.notes([row])
+    assert "8 KV flows moved in 2 run(s)" in notes[1] and "-2.0% to +6.0%" in notes[1]
