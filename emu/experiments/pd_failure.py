@@ -213,7 +213,8 @@ class ToRFailure:
         self.moves = moves
         self.at_s: Optional[float] = None
         self.noticed_s: Optional[float] = None
-        self.moved: List[str] = []
+        self.moved: List[str] = []        # armed or running: cancelled, resent in full
+        self.rehosted: List[str] = []     # not armed yet: starts from the new port
         self.stranded: List[str] = []
 
     def __call__(self, replayer) -> None:
@@ -229,7 +230,9 @@ class ToRFailure:
             if src == dst:
                 continue                    # both ends now on one NIC: not a network flow
             new_id = replayer.move(fid, src, dst)
-            if new_id is not None and new_id != fid:
+            if new_id == fid:
+                self.rehosted.append(fid)   # not started yet: it simply starts elsewhere
+            elif new_id is not None:
                 self.moved.append(fid)
 
 
@@ -341,6 +344,7 @@ def _repeat_row(name, fabric, switch, moves, event, runs, t_fail, repeat, outcom
            "failed_at_s": event.at_s, "control_notice_ms": (event.noticed_s or 0) * 1000,
            "nic_ports_failed_over_count": len(moves),
            "moved_flows_count": len(event.moved),
+           "rehosted_flows_count": len(event.rehosted),
            "stranded_flows_count": len(event.stranded),
            "served_count": failure.summary["served_count"],
            "requests_count": len(failure.rows)}

@@ -85,11 +85,14 @@ class _Replayer:
         self.flows = {f.id: f for f in flows}
         self.t0 = 0.0
         self.done = set(done)
+        self.unarmed = {"g"}
         self.calls = []
 
     def move(self, fid, src, dst):
         self.calls.append((fid, src, dst))
-        return None if fid in self.done else f"{fid}~m1"
+        if fid in self.done:
+            return None
+        return fid if fid in self.unarmed else f"{fid}~m1"
 
 
 def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
@@ -97,14 +100,16 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
              SimpleNamespace(id="b", src="h2", dst="h1"),    # ends on one NIC: stays
              SimpleNamespace(id="c", src="h3", dst="h4"),    # elsewhere: untouched
              SimpleNamespace(id="d", src="h5", dst="h6"),    # GPU cut off: stranded
-             SimpleNamespace(id="f", src="h7", dst="h1")]    # already done
+             SimpleNamespace(id="f", src="h7", dst="h1"),    # already done
+             SimpleNamespace(id="g", src="h1", dst="h8")]    # not armed yet: rehosted
     bed = _Bed()
     event = pf.ToRFailure(bed, "s1", {"h1": "h2", "h5": None})
     replayer = _Replayer(flows, done={"f"})
     event(replayer)
     assert bed.failed == ["s1"] and event.noticed_s == 0.05
-    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2")]
+    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h8")]
     assert event.moved == ["a"], "a finished flow is not counted as moved"
+    assert event.rehosted == ["g"]
     assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"
 
 
