@@ -5,7 +5,8 @@ profiles, ``requests`` requests at ``rate_per_s`` real requests per second)
 is served on each fabric of ``fabrics``, one testbed at a time
 (``OWNS_TESTBEDS``: `emu.testbeds`).  Every fabric has the same GPU count
 (``[fabric] spec`` is the ZCube reference: ``zcube,n=4,gpus_per_server=2``
-is 16 GPUs; ROFT and RailFly are built at its GPU count, `fabric_specs`) and
+is 16 GPUs; ROFT, RailFly, HPN and Rail-Fabric are built at its GPU count,
+`fabric_specs`) and
 is cut into nodes of ``tp`` GPUs (`traffic.placement.Topology`).
 
 Per fabric:
@@ -17,11 +18,22 @@ Per fabric:
   (x tdf), one request at a time per P (FIFO): the P queue is planned
   before the replay (`plan`), since prefill is not emulated;
 * **KV transfer** (`traffic.kvflows`): one flow per TP rank, rank i -> rank
-  i (on ZCube over the dual paths, ``path_strategy``), KV bytes x bw_factor
-  x tdf, starting when the prefill ends;
+  i (on ZCube over the dual paths, ``path_strategy``; on HPN one flow per
+  plane of the bonded NIC), KV bytes x bw_factor x tdf, starting when the
+  prefill ends;
 * **KV ingress credits** (`traffic.credits`) as the replayer's gate: each D
   accepts ``d_credits`` requests' KV at once; one request is one stream,
-  all its rank flows admitted together, released when its last flow ends.
+  all its rank flows admitted together, released when its last flow ends;
+  with ``path_credits``, also at most that many streams per switch-to-switch
+  link of the request's paths;
+* **Rail-Fabric fast lanes** (`traffic.fastlane`): a request with at least
+  ``lane_threshold_gb`` of real KV routes each rank over a KV fast lane,
+  reserved (``lane_capacity`` flows per lane) and pinned by the controller
+  (`controllers.pins`) before the flow starts, unpinned when it ends;
+  smaller ones use the expander, where destination routes live;
+* **per-link load** (``link_capture``): one tcpdump on every switch port
+  (`traffic.capture.FabricCapture`), analysed by `traffic.linkload` into
+  ``<fabric>/links.csv`` and the hottest links.
 
 TTFT per request = the end of its last KV flow - its arrival, i.e. the P
 queue + prefill compute + credit wait (and flow start-up) + the measured KV
