@@ -42,7 +42,8 @@ class FabricService:
         self.datapaths: Dict[str, object] = {}
         self.ready: Set[str] = set()
         self.errors: List[str] = []
-        self.down_ports: Set[tuple] = set()
+        self.down_ports: Set[tuple] = set()         # (switch, port) reported down
+        self.manual_down: Set[frozenset] = set()    # links failed through `do_link`
         self._pending: Dict[tuple, threading.Event] = {}
         self._initial: Dict[tuple, str] = {}
         self._state_lock = threading.Lock()
@@ -175,8 +176,25 @@ class FabricService:
                 "delay_emulated_ms": real_ms * self.tdf}
 
     def do_link(self, u: str, v: str, up: bool) -> dict:
+        """The control channel's ``link`` op: fail or restore a link by hand.
+
+        A link failed by hand stays down whatever its ports report; one
+        restored by hand comes back only if its ports are up.
+        """
         if not self.fabric.graph.has_edge(u, v):
             raise FabricError(f"no link {u}-{v} in the fabric")
+        link = frozenset((u, v))
+        (self.manual_down.discard if up else self.manual_down.add)(link)
+        return self._change_link(u, v, up and not self._ports_down(u, v))
+
+    def _ports_down(self, a: str, b: str) -> bool:
+        """Whether a switch port of a link between a and b reports down."""
+        ends = {(node, data["ports"][node]) for _, _, data in
+                self.fabric.graph.edges(a, data=True) if b in data["ports"]
+                for node in (a, b) if self.fabric.kind(node) != HOST}
+        return bool(ends & self.down_ports)
+
+    def _change_link(self, u: str, v: str, up: bool) -> dict:
         with self._reconfig_lock:
             link = frozenset((u, v))
             (self.eps.down_links.discard if up else self.eps.down_links.add)(link)
@@ -215,10 +233,11 @@ class FabricService:
     def port_changed(self, datapath, port_no: int, up: bool) -> Optional[dict]:
         """A switch reported a port's link going down or up (OFPPortStatus).
 
-        A link counts as down while either of its switch ports reports down:
-        the two ends of a veth pair report separately and in any order, and
+        A link counts as down while either of its switch ports reports down
+        (the two ends of a veth pair report separately and in any order, and
         an end still reporting up must not revive a link whose other end is
-        down.  A change of a link's state reroutes as `do_link` does; other
+        down), or while it is failed by hand (`do_link`).  A change of a
+        link's state reroutes as `do_link` does; other
         reports return None.  Ports the fabric does not wire (OVS's LOCAL
         port) are ignored.
         """
@@ -227,17 +246,15 @@ class FabricService:
         if port_no not in wired:
             return None
         peer = wired[port_no][0]
+        link = frozenset((name, peer))
         with self._reconfig_lock:
             (self.down_ports.discard if up else self.down_ports.add)((name, port_no))
-            ends = {(node, data["ports"][node]) for _, _, data in
-                    self.fabric.graph.edges(name, data=True) if peer in data["ports"]
-                    for node in (name, peer) if self.fabric.kind(node) != HOST}
-            link_up = not ends & self.down_ports
-            if (frozenset((name, peer)) not in self.eps.down_links) == link_up:
+            link_up = not self._ports_down(name, peer) and link not in self.manual_down
+            if (link not in self.eps.down_links) == link_up:
                 return None
         LOG.info("link %s-%s went %s (port %d of %s reported)", name, peer,
                  "up" if link_up else "down", port_no, name)
-        return self.do_link(name, peer, link_up)
+        return self._change_link(name, peer, link_up)
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")

@@ -90,6 +90,19 @@ def check(scenario) -> None:
     pd.check_fabric_fits(s["fabric"], spec, registry.build(spec), s, SECTION, key="fabric")
 
 
+def notes(rows: List[dict]) -> List[str]:
+    """How to read the configurations, with the incast each one measured."""
+    lines = ["peak_streams_per_d is the most KV streams (requests) that flowed into one D at "
+             "once, measured from the flows' start and end: without credits it is the "
+             "incast; with credits it never exceeds d_credits. A stream held back waits "
+             "(credit_wait_mean) instead of sharing the D's NIC ports."]
+    for row in rows:
+        lines.append(f"{row['config']}: peak {row['peak_streams_per_d_count']} stream(s) into "
+                     f"one D, TTFT P99 {row.get('ttft_p99_s') or float('nan'):.2f} emulated s, "
+                     f"{row['on_home_pct']:.0f}% of requests on their session's home D.")
+    return lines
+
+
 def run(ctx: Context) -> Outcome:
     s = ctx.settings
     scale = ctx.scale
@@ -139,8 +152,8 @@ def run(ctx: Context) -> Outcome:
             ctx.log(f"  {key}: TTFT P50/P99 {summary.get('ttft_p50_s', float('nan')):.2f}/"
                     f"{summary.get('ttft_p99_s', float('nan')):.2f} s, peak "
                     f"{summary['peak_streams_per_d_count']} KV streams into one D")
-    metrics: Dict = {"fabric": name, "spec": spec, "configs": rows, "d_streams": per_d,
-                     "d_ingress": ingress, "requests": requests}
+    metrics: Dict = {"fabric": name, "spec": spec, "notes": notes(rows), "configs": rows,
+                     "d_streams": per_d, "d_ingress": ingress, "requests": requests}
     if hottest:
         metrics["hottest_links"] = hottest
     outcome.metrics = metrics

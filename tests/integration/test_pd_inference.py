@@ -50,7 +50,8 @@ def test_pd_inference_short_on_zcube(tmp_path):
     senders = {f["src"] for f in flows}
     sent = sum(int(link["bytes"]) for link in links if link["src"] in senders)
     payload = sum(int(f["bytes"]) for f in flows)
-    assert payload <= sent <= 1.3 * payload, (payload, sent)
+    lost = any("dropped by kernel" in w for w in result["warnings"])
+    assert (0.9 if lost else 1.0) * payload <= sent <= 1.3 * payload, (payload, sent, lost)
     assert "Traceback" not in (run / "zcube" / "controller.log").read_text()
     assert_no_leftovers()
 

@@ -44,3 +44,14 @@ def test_check_names_the_key_and_the_allowed_values(tmp_path, section, message):
 def test_unknown_fabric_is_refused_by_the_schema(tmp_path):
     with pytest.raises(Exception, match="pd-pairing.fabric.*zcube"):
         _load(tmp_path, fabric="fattree")
+
+
+def test_notes_name_every_configuration_and_its_incast():
+    rows = [{"config": "fixed, credits 2", "peak_streams_per_d_count": 2, "ttft_p99_s": 2.4,
+             "on_home_pct": 50.0},
+            {"config": "fixed, no credits", "peak_streams_per_d_count": 11, "ttft_p99_s": 3.3,
+             "on_home_pct": 50.0}]
+    notes = pp.notes(rows)
+    assert len(notes) == 3
+    assert notes[1].startswith("fixed, credits 2: peak 2 stream(s)")
+    assert "peak 11 stream(s)" in notes[2] and "3.30 emulated s" in notes[2]

@@ -462,3 +462,19 @@ def test_port_status_of_an_unwired_port_is_ignored():
     local_port = 0xfffffffe
     assert bed.service.port_changed(bed.network.datapaths["s7"], local_port, up=False) is None
     assert bed.service.state()["down_links"] == []
+
+
+def test_a_link_failed_by_hand_stays_down_when_its_ports_report_up():
+    bed = connected("fattree,k=4")
+    svc, datapaths = bed.service, bed.network.datapaths
+    edge, agg = "s7", "s5"
+    port_edge = bed.fabric.graph.edges[edge, agg, 0]["ports"][edge]
+    svc.do_link(edge, agg, up=False)
+    assert svc.port_changed(datapaths[edge], port_edge, up=True) is None
+    assert svc.state()["down_links"] == [sorted((edge, agg))]
+    # Ports down, then the manual failure lifted: still down until the ports come up.
+    svc.port_changed(datapaths[edge], port_edge, up=False)
+    svc.do_link(edge, agg, up=True)
+    assert svc.state()["down_links"] == [sorted((edge, agg))]
+    svc.port_changed(datapaths[edge], port_edge, up=True)
+    assert svc.state()["down_links"] == []
