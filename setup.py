@@ -12,11 +12,15 @@ setup(
     python_requires=">=3.10",
     install_requires=[
         "os-ken>=4.2",
+        "ovs>=2.17",
         "mininet>=2.3.0.dev6",
         "iperf3>=0.1.11",
         "scapy>=2.5",
         "networkx>=3.0",
+        "numpy>=1.24",
         "matplotlib>=3.7",
+        "psutil>=5.9",
+        "markdown-it-py>=3.0",
     ],
     entry_points={"console_scripts": ["fabric-emu=emu.run:main"]},
 )

@@ -1,23 +1,24 @@
 """Packet-switch core: proactive shortest-path ECMP from the fabric graph.
 
-Every (switch, destination host) pair gets one OpenFlow select group whose
-buckets are the ECMP output ports, and one flow ``ipv4_dst -> group``.  A
-route change is then a single atomic group MODIFY, so rerouting never opens
-a window with no flow.  Hosts get static ARP from the testbed, and there is no
-flooding anywhere, because the fabrics have loops.
+Every (switch, destination host) pair gets one `Route` intent: the output
+ports on a shortest path over the current logical graph (static links that
+are up, lit circuits).  A reroute returns only the routes that changed, each
+one intent, so an applier can make every change atomic (OpenFlow: one group
+MODIFY).  Hosts get static neighbours from the testbed, and nothing floods
+anywhere, because the fabrics have loops.
 """
 
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Set
 
-from controllers import ofmsg
+from controllers.intents import Batch, Route
 from topologies import routing
 from topologies.fabric import Circuit, Fabric
 
 
 class EpsCore:
-    """Pure logic for all packet switches of one fabric; returns messages."""
+    """Pure logic for all packet switches of one fabric; returns intents."""
 
     def __init__(self, fabric: Fabric):
         self.fabric = fabric
@@ -29,18 +30,14 @@ class EpsCore:
     def transit_hosts(self) -> bool:
         return bool(self.fabric.params.get("transit_hosts", False))
 
-    def group_id(self, host: str) -> int:
-        return self.fabric.graph.nodes[host]["index"]
+    def route(self, switch: str, host: str, ports) -> Route:
+        return Route(switch, host, self.fabric.graph.nodes[host]["ip"], tuple(ports or ()))
 
-    def switch_start(self, switch: str) -> List:
-        """Messages that bring a freshly connected switch to the current table."""
-        msgs = [ofmsg.delete_all_flows(), ofmsg.delete_all_groups(), ofmsg.drop_on_miss()]
+    def switch_start(self, switch: str) -> List[Route]:
+        """One route per destination host (no port: unreachable from here), for a
+        switch that starts empty."""
         routes = self.table.get(switch, {})
-        for host in self.fabric.hosts:
-            msgs.append(ofmsg.route_group(self.group_id(host), routes.get(host, ())))
-            msgs.append(ofmsg.route_to_group(self.fabric.graph.nodes[host]["ip"],
-                                             self.group_id(host)))
-        return msgs
+        return [self.route(switch, host, routes.get(host)) for host in self.fabric.hosts]
 
     def routes_for(self, circuits: Optional[Dict[str, Set[Circuit]]] = None) -> routing.NextHops:
         """The route table over the base graph (`routing.base_graph`: no
@@ -52,8 +49,8 @@ class EpsCore:
         return routing.next_hops(logical, transit_hosts=self.transit_hosts)
 
     def reroute(self, circuits: Optional[Dict[str, Set[Circuit]]] = None,
-                fill_missing_from: Optional[routing.NextHops] = None) -> Dict[str, List]:
-        """Move to the routes over ``circuits``; messages per changed switch.
+                fill_missing_from: Optional[routing.NextHops] = None) -> Batch:
+        """Move to the routes over ``circuits``; the changed routes, per switch.
 
         ``circuits`` defaults to the fabric's current ones; links in
         ``down_links`` (failed on purpose) are left out.  A destination the
@@ -66,6 +63,6 @@ class EpsCore:
                 table.setdefault(switch, {}).setdefault(host, ports)
         changes = routing.diff(self.table, table)
         self.table = table
-        return {switch: [ofmsg.route_group(self.group_id(host), ports or (), modify=True)
+        return {switch: [self.route(switch, host, ports)
                          for host, ports in sorted(entries.items())]
                 for switch, entries in changes.items()}

@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from controllers.compat import FRAMEWORK, app_manager, cfg
-    from controllers.app import LaunchSettings
+    from controllers.openflow.compat import FRAMEWORK, app_manager, cfg
+    from controllers.openflow.app import LaunchSettings
 
     LaunchSettings.fabric_path = args.fabric
     LaunchSettings.socket_path = args.socket
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, stop)
     logging.getLogger("fabric.launcher").info("%s controller on %s:%d", FRAMEWORK, LOOPBACK,
                                               args.ofp_port)
-    app_manager.AppManager.run_apps(["controllers.app"])
+    app_manager.AppManager.run_apps(["controllers.openflow.app"])
     return 0
 
 

@@ -1,7 +1,9 @@
-"""Optical circuit switch core: circuits as port-to-port flows.
+"""Optical circuit switch core: circuits, their changes and their technology.
 
-A circuit is a bidirectional pair of ports; it becomes two flows
-``in_port=a -> output:b`` and ``in_port=b -> output:a``.  Technology presets
+A circuit is a bidirectional pair of ports, lit or torn as one `Lightpath`
+intent (OpenFlow: two port-to-port flows; a patch panel: two redirects).
+A new circuit assignment is validated and split into the circuits kept,
+torn and lit (`ReconfigPlan`); `controllers.reconfig` orders the steps.  Technology presets
 are Table 2 of the RFabric text.  The injected dark time of a
 reconfiguration is the preset's delay (or a custom one) times the testbed's
 time-dilation factor, so that it keeps its proportion to dilated traffic.
@@ -12,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set
 
-from controllers import ofmsg
+from controllers.intents import Lightpath
 from topologies.fabric import Circuit, Fabric, FabricError
 
 
@@ -73,7 +75,7 @@ class ReconfigPlan:
 
 @dataclass
 class OcsCore:
-    """Pure logic for one OCS of a fabric; returns messages."""
+    """Pure logic for one OCS of a fabric; returns intents."""
 
     fabric: Fabric
     name: str
@@ -88,11 +90,12 @@ class OcsCore:
     def technology(self) -> str:
         return self.fabric.graph.nodes[self.name]["technology"]
 
-    def switch_start(self) -> List:
-        msgs = [ofmsg.delete_all_flows(), ofmsg.drop_on_miss()]
-        for a, b in sorted(self.circuits):
-            msgs += ofmsg.circuit(a, b)
-        return msgs
+    def lightpaths(self, circuits: Iterable[Circuit], lit: bool) -> List[Lightpath]:
+        return [Lightpath(self.name, a, b, lit) for a, b in sorted(circuits)]
+
+    def switch_start(self) -> List[Lightpath]:
+        """The lit circuits, for an OCS that starts dark."""
+        return self.lightpaths(self.circuits, lit=True)
 
     def set_technology(self, technology: str, delay_ms: Optional[float] = None) -> float:
         real_ms = delay_ms_for(technology, delay_ms)
@@ -111,11 +114,11 @@ class OcsCore:
                             delay_real_ms=real_ms, delay_emulated_s=real_ms * self.tdf / 1000.0,
                             technology=node["technology"])
 
-    def tear_msgs(self, plan: ReconfigPlan) -> List:
-        return [m for a, b in sorted(plan.tear) for m in ofmsg.circuit_delete(a, b)]
+    def tear(self, plan: ReconfigPlan) -> List[Lightpath]:
+        return self.lightpaths(plan.tear, lit=False)
 
-    def light_msgs(self, plan: ReconfigPlan) -> List:
-        return [m for a, b in sorted(plan.light) for m in ofmsg.circuit(a, b)]
+    def light(self, plan: ReconfigPlan) -> List[Lightpath]:
+        return self.lightpaths(plan.light, lit=True)
 
     def commit(self, plan: ReconfigPlan) -> None:
         self.fabric.circuits[self.name] = plan.keep | plan.light

@@ -4,24 +4,22 @@ The packet switches route by destination only (`controllers.eps_core`: one
 group per switch and destination, shortest paths), so two hosts always talk
 over a shortest path.  A KV fast lane (Rail-Fabric, section 10 of the 002
 text: "large KV takes reserved KV fast lanes") is a path the scheduler
-chose and reserved, which need not be a shortest one.  A pin installs, on
-every switch of the path, one flow::
-
-    priority PRIORITY_PIN (above the destination routes' PRIORITY_ROUTE)
-    match    eth_type=IPv4, ipv4_src=<first host>, ipv4_dst=<last host>
-    action   output:<port toward the next node of the path>
-    cookie   COOKIE_PIN | <pin serial>
+chose and reserved, which need not be a shortest one.  A pin gives every
+switch of the path one `Pin` intent: packets from the first host to the
+last leave by the port toward the next node of the path, above the
+destination routes (OpenFlow: an ``ipv4_src``+``ipv4_dst`` flow at a higher
+priority, with the pin's serial in its cookie).
 
 Only that direction is pinned (the KV bytes); the reverse traffic (ACKs)
-keeps its destination route.  Unpinning deletes those flows (strict, with
-the pin's cookie) and the pair falls back to its destination route.
+keeps its destination route.  Unpinning removes exactly those hops (`Unpin`)
+and the pair falls back to its destination route.
 
-`PinTable` is pure: it checks paths against the fabric and returns OpenFlow
-1.3 messages per switch (`controllers.ofmsg`); the service sends them.
+`PinTable` is pure: it checks paths against the fabric and returns intents
+per switch; the service has its applier carry them out.
 Between two switches joined by several links the pin leaves by a fast lane
 if one of them is (`topologies.rail_fabric.fast_lane_ports`), else by the
 lowest port.  One pin per host pair at a time: a second one would be the
-same OpenFlow match.
+same match.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Collection, Dict, FrozenSet, Iterable, List, Sequence, Tuple
 
-from controllers import ofmsg
+from controllers.intents import Batch, PinHop, UnpinHop
 from topologies import rail_fabric
 from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
 
@@ -44,12 +42,15 @@ class Pin:
     path: Tuple[str, ...]
     src_ip: str
     dst_ip: str
-    cookie: int
+    serial: int
     hops: Tuple[Tuple[str, int], ...]       # (switch, output port), in path order
 
     @property
     def switches(self) -> List[str]:
         return [switch for switch, _ in self.hops]
+
+    def hop(self, switch: str, port: int) -> PinHop:
+        return PinHop(switch, self.id, self.serial, self.src_ip, self.dst_ip, port)
 
     def crosses(self, u: str, v: str) -> bool:
         link = {u, v}
@@ -57,7 +58,7 @@ class Pin:
 
 
 class PinTable:
-    """Active pins of one fabric; every method returns messages, per switch."""
+    """Active pins of one fabric; every method returns intents, per switch."""
 
     def __init__(self, fabric: Fabric):
         self.fabric = fabric
@@ -112,7 +113,7 @@ class PinTable:
 
     # ------------------------------------------------------------ pins
     def pin(self, pin_id: str, path: Sequence[str],
-            down_links: Collection[FrozenSet[str]] = ()) -> Dict[str, List]:
+            down_links: Collection[FrozenSet[str]] = ()) -> Batch:
         """Flow adds per switch, last switch of the path first, so that the
         first switch diverts the pair only once the rest of the path holds it.
 
@@ -134,31 +135,30 @@ class PinTable:
                 raise FabricError(f"pin {pin_id!r}: {path[0]} -> {path[-1]} is already pinned "
                                   f"by {other.id!r} on {list(other.path)}")
         self._serial = self._serial % (SERIAL_LIMIT - 1) + 1
-        pin = Pin(pin_id, path, src_ip, dst_ip, ofmsg.COOKIE_PIN | self._serial, hops)
+        pin = Pin(pin_id, path, src_ip, dst_ip, self._serial, hops)
         self.pins[pin_id] = pin
-        return {switch: [ofmsg.pin_flow(src_ip, dst_ip, port, pin.cookie)]
-                for switch, port in reversed(hops)}
+        return {switch: [pin.hop(switch, port)] for switch, port in reversed(hops)}
 
-    def unpin(self, pin_id: str) -> Dict[str, List]:
+    def unpin(self, pin_id: str) -> Batch:
         """Strict deletes per switch, first switch of the path first."""
         if pin_id not in self.pins:
             raise FabricError(f"no active pin {pin_id!r}; active: {sorted(self.pins)}")
         pin = self.pins.pop(pin_id)
-        return {switch: [ofmsg.pin_delete(pin.src_ip, pin.dst_ip, pin.cookie)]
+        return {switch: [UnpinHop(switch, pin.id, pin.serial, pin.src_ip, pin.dst_ip)]
                 for switch in pin.switches}
 
-    def unpin_all(self) -> Dict[str, List]:
-        batch: Dict[str, List] = {}
+    def unpin_all(self) -> Batch:
+        batch: Batch = {}
         for pin_id in sorted(self.pins):
             for switch, msgs in self.unpin(pin_id).items():
                 batch.setdefault(switch, []).extend(msgs)
         return batch
 
     # ------------------------------------------------------------ queries
-    def switch_start(self, switch: str) -> List:
+    def switch_start(self, switch: str) -> List[PinHop]:
         """The active pins' flows on one switch, for a switch that (re)connects
         after `EpsCore.switch_start` cleared its table."""
-        return [ofmsg.pin_flow(pin.src_ip, pin.dst_ip, port, pin.cookie)
+        return [pin.hop(node, port)
                 for pin in self.pins.values() for node, port in pin.hops if node == switch]
 
     def crossing(self, links: Iterable[FrozenSet[str]]) -> List[str]:

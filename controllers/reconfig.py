@@ -1,6 +1,6 @@
 """The ordered OCS reconfiguration, as a pure sequence over injected callables.
 
-Steps, each confirmed by an OpenFlow barrier before the next begins:
+Steps, each confirmed by the applier (OpenFlow: barriers) before the next begins:
 
 1. move EPS routes off the circuits that are about to go, onto the kept
    circuits; a destination that only the torn circuits reach keeps its
@@ -10,7 +10,7 @@ Steps, each confirmed by an OpenFlow barrier before the next begins:
    stranded destinations at the circuits about to light (they are dark, so
    nothing flows early, and traffic resumes the moment they light); then
    confirm the datapath applied it (``sync``: a barrier reply does not
-   prove the userspace datapath stopped forwarding);
+   prove that Open vSwitch's userspace datapath stopped forwarding);
 3. keep the affected ports dark for the injected delay.  The datapath
    applies a change somewhere between sending it and the confirmation, so
    the dark time is counted from the middle of the tear round;
@@ -21,20 +21,22 @@ Steps, each confirmed by an OpenFlow barrier before the next begins:
 5. (the barriers of every step);
 6. recompute EPS routes over the new logical graph.
 
-``apply`` takes ``{switch: [messages]}``, sends them and returns once every
-touched switch answered a barrier.  Timestamps are epoch seconds so that
-they can be laid over packet captures.
+``apply`` takes a batch of intents ``{switch: [intents]}``
+(`controllers.intents`), has an applier carry them out and returns once every
+touched switch confirmed.  Timestamps are epoch seconds so that they can be
+laid over packet captures.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Optional
 
 from controllers.eps_core import EpsCore
+from controllers.intents import Batch
 from controllers.ocs_core import OcsCore, ReconfigPlan
 
-Apply = Callable[[Dict[str, List]], None]
+Apply = Callable[[Batch], None]
 
 
 def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
@@ -56,7 +58,7 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     repoint = eps.reroute(interim, fill_missing_from=eps.routes_for(target))
     # The tear is sent first: a repointed route must meet a dark port, not an old circuit
     # that still leads to another ToR (which would send it back: an outage before the dark).
-    batch = {ocs.name: ocs.tear_msgs(plan)} if plan.tear else {}
+    batch = {ocs.name: ocs.tear(plan)} if plan.tear else {}
     batch.update(repoint)
     stamps["tear_sent"] = clock()
     apply(batch)
@@ -70,7 +72,7 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     stamps["dark_end"] = clock()
 
     if plan.light:
-        apply({ocs.name: ocs.light_msgs(plan)})
+        apply({ocs.name: ocs.light(plan)})
         sync()
     stamps["lit"] = clock()
     ocs.commit(plan)

@@ -1,137 +1,84 @@
-"""Controller state shared by the os-ken shim and the control channel.
+"""The controller's state and its control operations, whatever the data plane.
 
-``FabricService`` owns the EPS and OCS cores, the connected datapaths and the
-barrier bookkeeping.  It never imports os-ken's app machinery, so unit tests
-drive it with fake datapaths that serialise real OpenFlow 1.3 messages.
+``FabricService`` owns the cores (EPS routes, OCS circuits, pins), the link
+state and the reconfiguration lock, and answers the control channel
+(`controllers.control`).  Every change it decides is a batch of intents
+(`controllers.intents`) handed to its *applier*, which carries it out on one
+data plane and returns once the switches confirmed it.  An applier provides::
+
+    apply(batch)      carry out {switch: [intents]}; return once confirmed
+    sync()            confirm the data plane itself took the last batch
+    status()          {"connected": [...], "ready_switches": [...], "errors": [...]}
+    counters()        {switch: {port: {"tx_bytes": ..., ...}}}
+
+`controllers.openflow.applier.OpenFlowApplier` is the Open vSwitch one.  The
+service never imports os-ken, so unit tests run it over a recording applier
+or over fake OpenFlow datapaths.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Dict, List, Optional, Protocol, Set
 
-from controllers import ofmsg
 from controllers.eps_core import EpsCore
+from controllers.intents import Batch, Intent, Reset, merge
 from controllers.ocs_core import TECHNOLOGIES, OcsCore
 from controllers.pins import PinTable
 from controllers.reconfig import reconfigure
-from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
+from topologies.fabric import EPS, HOST, Fabric, FabricError
 
 LOG = logging.getLogger("fabric.service")
-BARRIER_TIMEOUT_S = 10.0
 LEAD_HISTORY = 5
+OPS = ("status", "state", "reconfigure", "preset", "link", "pin", "unpin", "counters",
+       "technologies")
 
 
-class SwitchError(RuntimeError):
-    """A switch rejected a message or did not confirm a barrier."""
+class Applier(Protocol):
+    def apply(self, batch: Batch) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def status(self) -> dict: ...
+
+    def counters(self) -> Dict[str, Dict[int, dict]]: ...
 
 
 class FabricService:
-    def __init__(self, fabric: Fabric, tdf: float = 1.0,
-                 dataplane_sync: Optional[Callable[[], None]] = None):
+    def __init__(self, fabric: Fabric, applier: Applier, tdf: float = 1.0):
         self.fabric = fabric
-        self.dataplane_sync = dataplane_sync
+        self.applier = applier
         self.tdf = tdf
         self.eps = EpsCore(fabric)
         self.pins = PinTable(fabric)
         self.dropped_pins: Set[str] = set()
         self.ocs: Dict[str, OcsCore] = {name: OcsCore(fabric, name, tdf)
                                          for name in fabric.ocs_switches}
-        self.datapaths: Dict[str, object] = {}
-        self.ready: Set[str] = set()
-        self.errors: List[str] = []
         self.down_ports: Set[tuple] = set()         # (switch, port) reported down
         self.manual_down: Set[frozenset] = set()    # links failed through `do_link`
-        self._pending: Dict[tuple, threading.Event] = {}
-        self._initial: Dict[tuple, str] = {}
-        self._state_lock = threading.Lock()
         self._reconfig_lock = threading.Lock()
 
-    # ------------------------------------------------------------ datapath events
-    def switch_connected(self, datapath) -> None:
-        name = self.fabric.node_by_dpid(datapath.id)
-        kind = self.fabric.kind(name)
-        msgs = self.eps.switch_start(name) + self.pins.switch_start(name) if kind == EPS \
-            else self.ocs[name].switch_start()
-        with self._state_lock:
-            self.datapaths[name] = datapath
-            self.ready.discard(name)
-        self._send(datapath, msgs, initial=name)
-        LOG.info("%s (dpid %d) connected: %d messages installed", name, datapath.id, len(msgs))
+    # ------------------------------------------------------------ switches
+    def start(self, switch: str) -> List[Intent]:
+        """What a switch that (re)connects must hold now: a Reset, then its routes
+        and pins (packet switch) or its circuits (OCS)."""
+        if self.fabric.kind(switch) == EPS:
+            return [Reset(switch)] + self.eps.switch_start(switch) + \
+                self.pins.switch_start(switch)
+        return [Reset(switch)] + self.ocs[switch].switch_start()
 
-    def switch_disconnected(self, datapath) -> None:
-        with self._state_lock:
-            for name, known in list(self.datapaths.items()):
-                if known is datapath:
-                    del self.datapaths[name]
-                    self.ready.discard(name)
-
-    def barrier_replied(self, datapath, xid: int) -> None:
-        with self._state_lock:
-            event = self._pending.pop((datapath.id, xid), None)
-            name = self._initial.pop((datapath.id, xid), None)
-            if name is not None:
-                self.ready.add(name)
-        if event is not None:
-            event.set()
-
-    def error_received(self, datapath, description: str) -> None:
-        message = f"dpid {datapath.id}: {description}"
-        LOG.error("switch error: %s", message)
-        with self._state_lock:
-            self.errors.append(message)
-
-    # ------------------------------------------------------------ sending
-    def _send(self, datapath, msgs: List, initial: Optional[str] = None) -> int:
-        """Send msgs and a barrier; returns the barrier's xid.
-
-        The barrier is registered before anything is sent, so a reply that
-        comes back at once is never missed; ``initial`` names a switch that
-        becomes ready when this barrier is answered.
-        """
-        barrier = ofmsg.barrier()
-        barrier.datapath = datapath
-        xid = datapath.set_xid(barrier)
-        with self._state_lock:
-            self._pending[(datapath.id, xid)] = threading.Event()
-            if initial is not None:
-                self._initial[(datapath.id, xid)] = initial
-        for msg in msgs:
-            msg.datapath = datapath
-            datapath.send_msg(msg)
-        datapath.send_msg(barrier)
-        return xid
-
-    def apply(self, batch: Dict[str, List]) -> None:
-        """Send each switch its messages, then wait for every barrier reply."""
-        errors_before = len(self.errors)
-        waits = []
-        for name, msgs in batch.items():
-            datapath = self.datapaths.get(name)
-            if datapath is None:
-                raise SwitchError(f"{name} is not connected")
-            xid = self._send(datapath, msgs)
-            waits.append((name, self._pending.get((datapath.id, xid))))
-        deadline = time.time() + BARRIER_TIMEOUT_S
-        for name, event in waits:
-            if event is not None and not event.wait(max(0.0, deadline - time.time())):
-                with self._state_lock:
-                    for key, pending in list(self._pending.items()):
-                        if pending is event:
-                            del self._pending[key]
-                raise SwitchError(f"{name} did not answer a barrier within {BARRIER_TIMEOUT_S} s")
-        if len(self.errors) > errors_before:
-            raise SwitchError("switch errors: " + "; ".join(self.errors[errors_before:]))
+    def apply(self, batch: Batch) -> None:
+        self.applier.apply(batch)
 
     # ------------------------------------------------------------ control requests
     def status(self) -> dict:
         switches = set(self.fabric.switches)
-        with self._state_lock:
-            return {"ready": self.ready >= switches and not self.errors,
-                    "connected": sorted(self.datapaths), "ready_switches": sorted(self.ready),
-                    "missing": sorted(switches - self.ready), "errors": list(self.errors)}
+        status = self.applier.status()
+        ready = set(status["ready_switches"])
+        return {"ready": ready >= switches and not status["errors"],
+                "connected": sorted(status["connected"]), "ready_switches": sorted(ready),
+                "missing": sorted(switches - ready), "errors": list(status["errors"])}
 
     def state(self) -> dict:
         return {"circuits": {o: sorted(list(c) for c in cs)
@@ -142,6 +89,12 @@ class FabricService:
                 "down_links": sorted(sorted(link) for link in self.eps.down_links),
                 "pins": self.pins.state(),
                 "tdf": self.tdf}
+
+    def counters(self) -> dict:
+        """Port counters of every switch: ``{"switches": {name: {port: {...}}}}``
+        (port numbers as strings: the reply is JSON)."""
+        return {"switches": {switch: {str(port): values for port, values in ports.items()}
+                             for switch, ports in self.applier.counters().items()}}
 
     def _ocs(self, name) -> OcsCore:
         if name not in self.ocs:
@@ -157,7 +110,7 @@ class FabricService:
             if technology is not None:
                 core.set_technology(technology, delay_ms)
             plan = core.plan(circuits, delay_ms)
-            result = reconfigure(self.eps, core, plan, self.apply, sync=self.dataplane_sync,
+            result = reconfigure(self.eps, core, plan, self.apply, sync=self.applier.sync,
                                  light_lead_s=self.light_lead_s())
         core.history.append(result)
         LOG.info("%s reconfigured: tear %s light %s dark %.3f ms", ocs, sorted(plan.tear),
@@ -202,8 +155,7 @@ class FabricService:
             dropped = [] if up else self.pins.crossing([link])
             for pin_id in dropped:
                 # A pinned pair over a dead link falls back to its destination route.
-                for switch, msgs in self.pins.unpin(pin_id).items():
-                    batch.setdefault(switch, []).extend(msgs)
+                batch = merge(batch, self.pins.unpin(pin_id))
                 self.dropped_pins.add(pin_id)
             self.apply(batch)
         return {"changed_switches": sorted(batch), "dropped_pins": dropped}
@@ -230,31 +182,29 @@ class FabricService:
             self.apply(batch)
         return {"unpin": id, "switches": sorted(batch)}
 
-    def port_changed(self, datapath, port_no: int, up: bool) -> Optional[dict]:
-        """A switch reported a port's link going down or up (OFPPortStatus).
+    def port_changed(self, switch: str, port_no: int, up: bool) -> Optional[dict]:
+        """A switch reported a port's link going down or up.
 
         A link counts as down while either of its switch ports reports down
         (the two ends of a veth pair report separately and in any order, and
         an end still reporting up must not revive a link whose other end is
         down), or while it is failed by hand (`do_link`).  A change of a
-        link's state reroutes as `do_link` does; other
-        reports return None.  Ports the fabric does not wire (OVS's LOCAL
-        port) are ignored.
+        link's state reroutes as `do_link` does; other reports return None.
+        Ports the fabric does not wire (OVS's LOCAL port) are ignored.
         """
-        name = self.fabric.node_by_dpid(datapath.id)
-        wired = self.fabric.ports_of(name)
+        wired = self.fabric.ports_of(switch)
         if port_no not in wired:
             return None
         peer = wired[port_no][0]
-        link = frozenset((name, peer))
+        link = frozenset((switch, peer))
         with self._reconfig_lock:
-            (self.down_ports.discard if up else self.down_ports.add)((name, port_no))
-            link_up = not self._ports_down(name, peer) and link not in self.manual_down
+            (self.down_ports.discard if up else self.down_ports.add)((switch, port_no))
+            link_up = not self._ports_down(switch, peer) and link not in self.manual_down
             if (link not in self.eps.down_links) == link_up:
                 return None
-        LOG.info("link %s-%s went %s (port %d of %s reported)", name, peer,
-                 "up" if link_up else "down", port_no, name)
-        return self._change_link(name, peer, link_up)
+        LOG.info("link %s-%s went %s (port %d of %s reported)", switch, peer,
+                 "up" if link_up else "down", port_no, switch)
+        return self._change_link(switch, peer, link_up)
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")
@@ -273,10 +223,8 @@ class FabricService:
             return self.do_pin(**args)
         if op == "unpin":
             return self.do_unpin(**args)
+        if op == "counters":
+            return self.counters()
         if op == "technologies":
             return {"technologies": {k: vars(t) for k, t in TECHNOLOGIES.items()}}
-        raise ValueError(f"unknown op {op!r}; allowed: status, state, reconfigure, preset, "
-                         "link, pin, unpin, technologies")
-
-
-__all__ = ["FabricService", "SwitchError", "OCS"]
+        raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from emu.state import AlreadyRunning, RunLock, clean
+from emu.live.state import AlreadyRunning, RunLock, clean
 
 
 def main(argv=None) -> int:

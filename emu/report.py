@@ -16,7 +16,7 @@ Input: ``result.json``
       "duration_s": float,             # emulated seconds
       "versions": {name: version},
       "datapath": "netdev" | "system",
-      "scale": {"bw_factor": float, "tdf": float},          # see emu.scale
+      "scale": {"bw_factor": float, "tdf": float},          # see traffic.scale
       "fabric": {"spec": str, "hosts": int, "switches": int, "ocs": int,
                  "link_mbps": float},                        # emulated Mbit/s
       "config": {...},                 # the resolved scenario
@@ -82,7 +82,7 @@ from matplotlib.patches import Patch
 from emu.report_html import HTML_FILE, write_html
 from emu.pd_plots import write_pd_plots
 from emu.rl_plots import write_rl_plots
-from emu.scale import Scale, format_quantity
+from traffic.scale import Scale, format_quantity
 
 RESULT_FILE = "result.json"
 FLOWS_FILE = "flows.csv"

@@ -1,19 +1,16 @@
-"""Write a run's raw results: result.json, flows.csv, switch dumps.
+"""Write a run's raw results: the run folder, result.json and flows.csv.
 
 Analysis and plots (``emu.report``) read these files back; nothing here
-computes the report.
+computes the report.  The switch dumps and the software versions come from
+the testbed (`emu.live.testbed.Testbed.dump_tables`, ``describe``).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import platform
-import subprocess
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
-from typing import Dict, List
 
 FLOW_COLUMNS = ["id", "src", "dst", "bytes", "start_s", "end_s", "duration_s", "goodput_mbps",
                 "retransmits", "status", "step", "group", "bytes_received", "error"]
@@ -28,24 +25,6 @@ def new_run_dir(out: Path, scenario: str) -> Path:
         run_dir = Path(out) / f"{scenario}-{stamp}-{suffix}"
     run_dir.mkdir(parents=True)
     return run_dir
-
-
-def versions(ovs_version: str = "") -> Dict[str, str]:
-    found = {"python": platform.python_version(), "kernel": platform.release()}
-    for package in ("os-ken", "mininet", "iperf3", "scapy", "networkx", "matplotlib"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    if ovs_version:
-        found["openvswitch"] = ovs_version
-    try:
-        found["iperf3 (binary/libiperf)"] = subprocess.run(
-            ["iperf3", "--version"], capture_output=True, text=True, timeout=5
-        ).stdout.split("\n")[0].strip()
-    except (OSError, subprocess.TimeoutExpired):
-        found["iperf3 (binary/libiperf)"] = "not found"
-    return found
 
 
 def now_iso() -> str:
@@ -72,16 +51,3 @@ def write_result(run_dir: Path, result: dict) -> Path:
     path = run_dir / "result.json"
     path.write_text(json.dumps(result, indent=1, sort_keys=False, default=str) + "\n")
     return path
-
-
-def dump_switches(run_dir: Path, switches: List[str]) -> None:
-    """Flow and group tables at teardown, for post-mortems."""
-    directory = run_dir / "dumps"
-    directory.mkdir(exist_ok=True)
-    for switch in switches:
-        parts = []
-        for what in ("dump-flows", "dump-groups"):
-            out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, switch],
-                                 capture_output=True, text=True, timeout=30)
-            parts.append(f"# ovs-ofctl {what} {switch}\n{out.stdout}{out.stderr}")
-        (directory / f"{switch}.txt").write_text("\n".join(parts))

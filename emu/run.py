@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import List, Optional
 
 from emu import report, results, scenario as scenarios
-from emu.experiments.base import Context, Outcome, build_fabric, fidelity_rows, scale_for
-from emu.fidelity import CpuSampler, assess
+from emu.experiments.base import Context, Network, Outcome, build_fabric, scale_for
+from emu.fidelity import assess, fidelity_rows
+from emu.live.state import AlreadyRunning
 from emu.schema import ScenarioError
-from emu.state import AlreadyRunning
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -72,11 +72,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{scenario.where}: ok ({scenario.kind})")
         return 0
     experiment = scenario.experiment
-    if args.cli and not experiment.NEEDS_EMULATION:
+    if args.cli and not experiment.needs_emulation:
         print(f"emu.run: scenario {scenario.name!r} builds no network; --cli needs one "
               "(try ocs-reconfig or allreduce)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if experiment.NEEDS_EMULATION and os.geteuid() != 0:
+    if experiment.needs_emulation and os.geteuid() != 0:
         print(f"emu.run: scenario {scenario.name!r} builds a network and needs root: "
               f"sudo {sys.executable} -m emu.run {args.scenario}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -89,8 +89,8 @@ def lab(scenario, out: Path, script: Optional[str]) -> int:
     """The scenario's fabric with its controller, driven from the CLI."""
     from mininet.log import setLogLevel
 
-    from emu.cli import FabricCLI
-    from emu.testbed import Testbed
+    from emu.live.cli import FabricCLI
+    from emu.live.testbed import Testbed
 
     fabric = build_fabric(scenario)
     scale = scale_for(scenario, fabric)
@@ -129,7 +129,7 @@ def execute(scenario, out: Path) -> int:
     started = time.time()
     outcome, code = Outcome(), 0
     try:
-        if scenario.experiment.NEEDS_EMULATION:
+        if scenario.experiment.needs_emulation:
             outcome = _emulate(scenario, fabric, scale, run_dir, result)
         else:
             outcome = scenario.experiment.run(Context(scenario, fabric, scale, run_dir))
@@ -151,49 +151,34 @@ def execute(scenario, out: Path) -> int:
 
 
 def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
-    from emu.testbed import Testbed
+    """Run an experiment that needs a network.  Its testbeds, the one the runner
+    opens here (``Network.ONE``) or those it opens itself (``Network.SERIES``),
+    all go through one `TestbedSeries`: lock, CPU sampling, dumps and
+    controller checks are the same for every testbed, and so is the
+    fidelity check of the flows each one recorded."""
+    from emu.live.series import TestbedSeries
 
-    if getattr(scenario.experiment, "OWNS_TESTBEDS", False):
-        return _emulate_series(scenario, fabric, scale, run_dir, result)
-    with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name}") as bed:
-        result["datapath"] = bed.datapath.info.datapath
-        result["netem"] = bed.datapath.netem
-        result["versions"] = results.versions(bed.datapath.info.version)
-        result["build_s"] = round(bed.build_s, 3)
-        result["warnings"] = list(result.get("warnings", [])) + bed.warnings
-        ctx = Context(scenario, fabric, scale, run_dir, bed=bed)
-        sampler = CpuSampler(("ovs-vswitchd",), interval_s=0.5).start()
-        try:
-            outcome = scenario.experiment.run(ctx)
-        finally:
-            cpu = sampler.stop()
-            results.dump_switches(run_dir, [s.name for s in bed.net.switches])
-        bed.check_controller()
-        if "Traceback" in bed.controller_log():
-            outcome.warnings.append("the controller log holds a traceback: see controller.log")
-    fidelity = scenario.config["fidelity"]
-    result["fidelity"] = assess(fidelity_rows(fabric, scale, outcome.flows), cpu,
-                                saturation_pct=fidelity["saturation_pct"],
-                                goodput_floor=fidelity["goodput_floor"])
-    return outcome
-
-
-def _emulate_series(scenario, fabric, scale, run_dir, result) -> Outcome:
-    """A kind that owns its testbeds opens them one at a time through ctx.testbeds
-    (emu.testbeds: lock, CPU sampling, dumps and controller checks per testbed)."""
-    from emu.testbeds import SeriesContext, TestbedSeries
-
+    experiment = scenario.experiment
     series = TestbedSeries(run_dir, f"emu.run {scenario.name}")
+    ctx = Context(scenario, fabric, scale, run_dir, testbeds=series)
     try:
-        outcome = scenario.experiment.run(SeriesContext(scenario, fabric, scale, run_dir,
-                                                        testbeds=series))
+        if experiment.network is Network.SERIES:
+            outcome = experiment.run(ctx)
+        else:
+            with series.open(None, fabric, scale) as bed:
+                ctx.bed = bed
+                outcome = experiment.run(ctx)
+                series.record_flows(outcome.flows)
     finally:
         result.update(series.result_fields())
         result["warnings"] = list(result.get("warnings", [])) + series.warnings
-    fidelity = scenario.config["fidelity"]
-    result["fidelity"] = assess(series.fidelity_rows, series.cpu_summary(),
-                                saturation_pct=fidelity["saturation_pct"],
-                                goodput_floor=fidelity["goodput_floor"])
+    rows = [row for recorded in series.recorded
+            for row in fidelity_rows(recorded.fabric, recorded.scale, recorded.flows,
+                                     prefix=f"{recorded.label}:" if recorded.label else "")]
+    settings = scenario.config["fidelity"]
+    result["fidelity"] = assess(rows, series.cpu_summary(),
+                                saturation_pct=settings["saturation_pct"],
+                                goodput_floor=settings["goodput_floor"])
     return outcome
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from emu.experiments import EXPERIMENTS
-from emu.experiments.base import needs_fabric
 from emu.schema import Field, Schema, ScenarioError, apply_overrides, validate
 from topologies import registry
 from topologies.fabric import FabricError
@@ -70,7 +69,7 @@ class Scenario:
 
     @property
     def section(self) -> Dict:
-        return self.config.get(self.experiment.SECTION, {})
+        return self.config.get(self.experiment.section, {})
 
 
 def builtin_names() -> List[str]:
@@ -93,9 +92,9 @@ def resolve_path(name_or_path: str) -> Path:
 def schema_for(kind: str) -> Schema:
     experiment = EXPERIMENTS[kind]
     schema = {section: fields for section, fields in COMMON.items()
-              if section == "scenario" or needs_fabric(experiment)}
-    if experiment.SECTION:
-        schema[experiment.SECTION] = experiment.FIELDS
+              if section == "scenario" or experiment.needs_fabric}
+    if experiment.section:
+        schema[experiment.section] = experiment.fields
     return schema
 
 

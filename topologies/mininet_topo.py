@@ -1,10 +1,10 @@
 """The one adapter from a `Fabric` to a Mininet `Topo`.
 
 Hosts keep their fabric names, addresses and MACs; switches get the testbed
-prefix (``s3`` -> ``fes3``, ``o1`` -> ``feo1``) and their fabric dpid; every
-link keeps the port numbers of the fabric, so the controller's port numbers
-are the OVS OpenFlow port numbers.  Link rates are real Gbit/s times
-``bw_factor``, in Mbit/s, for Mininet's TCLink.
+prefix and their fabric dpid (`topologies.naming`); every link keeps the port
+numbers of the fabric, so the controller's port numbers are the OVS OpenFlow
+port numbers.  Link rates are real Gbit/s times ``bw_factor``, in Mbit/s,
+for Mininet's TCLink.
 
 Mininet is imported here only, never by the pure builders.
 """
@@ -16,20 +16,7 @@ from typing import Dict, Optional
 from mininet.topo import Topo
 
 from topologies.fabric import HOST, Fabric
-
-SWITCH_PREFIX = "fe"
-
-
-def mininet_name(fabric: Fabric, node: str) -> str:
-    return node if fabric.kind(node) == HOST else SWITCH_PREFIX + node
-
-
-def fabric_name(name: str) -> str:
-    return name[len(SWITCH_PREFIX):] if name.startswith(SWITCH_PREFIX) else name
-
-
-def link_mbps(gbps: float, bw_factor: float) -> float:
-    return gbps * 1000.0 * bw_factor
+from topologies.naming import SWITCH_PREFIX, link_mbps, machine_name
 
 
 class FabricTopo(Topo):
@@ -55,5 +42,5 @@ class FabricTopo(Topo):
             opts = dict(self.link_opts)
             if self.bw_factor is not None:
                 opts["bw"] = link_mbps(data["gbps"], self.bw_factor)
-            self.addLink(mininet_name(fabric, u), mininet_name(fabric, v),
+            self.addLink(machine_name(fabric, u), machine_name(fabric, v),
                          port1=data["ports"][u], port2=data["ports"][v], **opts)

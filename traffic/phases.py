@@ -4,7 +4,7 @@
 onto fabric hosts (`traffic.ranks.RankMap`) and builds one `Phase` per
 Table 1 type present: its kind, its reconfiguration window class (Table 1),
 its planned start, the phases it waits for, and a `FlowDag` made with
-`traffic.collectives`.  Everything is in emulated units (`emu.scale.Scale`):
+`traffic.collectives`.  Everything is in emulated units (`traffic.scale.Scale`):
 bytes x ``bw_factor`` x ``tdf``, times x ``tdf``.
 
 One-step asynchronous layout of an iteration (Figure 1(c)), real seconds
@@ -40,7 +40,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
-from emu.scale import Scale
+from traffic.scale import Scale
 from traffic import collectives as coll
 from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, Transfers,
                            WeightSync)

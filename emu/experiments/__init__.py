@@ -1,17 +1,11 @@
-"""Experiment kinds a scenario can name in ``[scenario] kind``."""
+"""Experiment kinds a scenario can name in ``[scenario] kind``: one `Experiment` each."""
+
+from typing import Dict
 
 from emu.experiments import (allreduce, cost, fabrics, lab, ocs_reconfig, pd_calc, pd_failure,
                              pd_inference, pd_pairing, rfabric)
+from emu.experiments.base import Experiment
 
-EXPERIMENTS = {
-    "ocs-reconfig": ocs_reconfig,
-    "allreduce": allreduce,
-    "cost": cost,
-    "fabrics": fabrics,
-    "pd-calc": pd_calc,
-    "lab": lab,
-    "rfabric": rfabric,
-    "pd-inference": pd_inference,
-    "pd-failure": pd_failure,
-    "pd-pairing": pd_pairing,
-}
+EXPERIMENTS: Dict[str, Experiment] = {module.EXPERIMENT.kind: module.EXPERIMENT for module in (
+    ocs_reconfig, allreduce, cost, fabrics, pd_calc, lab, rfabric, pd_inference, pd_failure,
+    pd_pairing)}

@@ -8,14 +8,13 @@ iperf3 start-up, the datapath) adds.
 
 from __future__ import annotations
 
-from emu.experiments.base import Context, Outcome, build_fabric, scale_for
+from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric, scale_for
 from emu.schema import Field
 from traffic.flows import allreduce_ideal_s, ring_allreduce
-from traffic.replay import Replayer
+from emu.live.replay import Replayer
 
 SECTION = "allreduce"
 SUMMARY = "ring all-reduce on a fabric: completion vs 2(N-1)/N x S/B, per-step times"
-NEEDS_EMULATION = True
 FIELDS = {
     "hosts": Field(int, 8, "ring size N (the first N hosts of the fabric)", minimum=2),
     "bytes_real": Field(float, 1e9, "all-reduce size S in real bytes", minimum=1.0),
@@ -87,3 +86,7 @@ def run(ctx: Context) -> Outcome:
         "retransmits_count": sum(f.retransmits for f in ok),
     }
     return outcome
+
+
+EXPERIMENT = Experiment(kind="allreduce", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.ONE)

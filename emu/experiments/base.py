@@ -1,24 +1,40 @@
-"""What every experiment gets and returns.
+"""What every experiment is, gets and returns.
 
-An experiment module provides ``SECTION`` (its TOML section), ``FIELDS``
-(that section's schema), ``SUMMARY``, ``NEEDS_EMULATION``,
-``check(scenario)`` (cross-field validation, no side effects) and
-``run(ctx) -> Outcome``.  An experiment that only computes (no emulation,
-no fabric of its own) sets ``NEEDS_FABRIC = False``: its scenario then has
-no ``[fabric]``, ``[scale]`` or ``[fidelity]`` section, and its context no
-fabric or scale.
+An experiment module defines one `Experiment`, ``EXPERIMENT``: the scenario
+kind it serves, its TOML section and that section's schema, a one-line
+summary, ``check(scenario)`` (cross-field validation, no side effects),
+``run(ctx) -> Outcome`` and the network it needs (`Network`):
+
+* ``NONE``: it only computes (cost, counts, sizing).  Its scenario has no
+  ``[fabric]``, ``[scale]`` or ``[fidelity]`` section, its context no fabric
+  or scale, and it needs no root.
+* ``ONE``: the runner opens one testbed on ``[fabric]`` and hands it over as
+  ``ctx.bed``.
+* ``SERIES``: it opens its own testbeds one at a time through
+  ``ctx.testbeds`` (`emu.live.series.TestbedSeries`), e.g. one per fabric of
+  a comparison.
+
+The runner samples, dumps and checks every testbed the same way in both
+cases (`emu.run`).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from emu.progress import progress_printer
-from emu.scale import Scale
-from topologies import registry, routing
+from traffic.scale import Scale
+from topologies import registry
 from topologies.fabric import HOST, Fabric
+
+
+class Network(enum.Enum):
+    NONE = "none"          # computes only: no fabric, no testbed, no root
+    ONE = "one"            # one testbed on the scenario's fabric, opened by the runner
+    SERIES = "series"      # testbeds the experiment opens one at a time
 
 
 @dataclass
@@ -27,7 +43,8 @@ class Context:
     fabric: Optional[Fabric]
     scale: Optional[Scale]
     run_dir: Path
-    bed: Optional[object] = None
+    bed: Optional[object] = None          # Network.ONE: the open emu.live.testbed.Testbed
+    testbeds: Optional[object] = None     # Network.SERIES: an emu.live.series.TestbedSeries
     log: Callable[[str], None] = print
 
     @property
@@ -45,20 +62,37 @@ class Context:
 @dataclass
 class Outcome:
     metrics: Dict = field(default_factory=dict)
-    flows: List = field(default_factory=list)          # traffic.replay.FlowResult
+    flows: List = field(default_factory=list)          # emu.live.replay.FlowResult
     timeline: Dict = field(default_factory=dict)
     steps: List[Dict] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     t0: float = 0.0
 
 
-def needs_fabric(experiment) -> bool:
-    return getattr(experiment, "NEEDS_FABRIC", True)
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment kind, as a scenario's ``[scenario] kind`` names it."""
+
+    kind: str
+    summary: str
+    section: str                                  # its own TOML section
+    fields: Dict                                  # that section's schema (emu.schema)
+    check: Callable[[object], None]               # raises ValueError/FabricError
+    run: Callable[[Context], Outcome]
+    network: Network = Network.ONE
+
+    @property
+    def needs_emulation(self) -> bool:
+        return self.network is not Network.NONE
+
+    @property
+    def needs_fabric(self) -> bool:
+        return self.network is not Network.NONE
 
 
 def build_fabric(scenario) -> Optional[Fabric]:
     """The scenario's fabric, or None for an experiment without one."""
-    if not needs_fabric(scenario.experiment):
+    if not scenario.experiment.needs_fabric:
         return None
     return registry.build(scenario.config["fabric"]["spec"])
 
@@ -73,34 +107,3 @@ def host_gbps(fabric: Fabric) -> float:
 def scale_for(scenario, fabric: Fabric) -> Scale:
     settings = scenario.config["scale"]
     return Scale.from_rates(host_gbps(fabric), settings["link_mbps"], tdf=settings["tdf"])
-
-
-def path_links(fabric: Fabric, src: str, dst: str) -> List[str]:
-    """Links on any current shortest path (ECMP may pick any of them)."""
-    logical = fabric.logical_graph()
-    links = set()
-    for path in routing.shortest_paths(logical, src, dst):
-        for u, v in zip(path, path[1:]):
-            links.add("-".join(sorted((u, v))))
-    return sorted(links)
-
-
-def path_cap_mbps(fabric: Fabric, scale: Scale, src: str, dst: str) -> Optional[float]:
-    logical = fabric.logical_graph()
-    caps = []
-    for path in routing.shortest_paths(logical, src, dst):
-        caps.append(min(min(d["gbps"] for d in logical[u][v].values())
-                        for u, v in zip(path, path[1:])))
-    return scale.emu_mbps(max(caps)) if caps else None
-
-
-def fidelity_rows(fabric: Fabric, scale: Scale, flows) -> List[Dict]:
-    rows = []
-    for flow in flows:
-        if flow.status != "ok":
-            continue
-        rows.append({"id": flow.id, "start": flow.start, "end": flow.end,
-                     "goodput_mbps": flow.goodput_mbps,
-                     "cap_mbps": path_cap_mbps(fabric, scale, flow.src, flow.dst),
-                     "links": path_links(fabric, flow.src, flow.dst)})
-    return rows

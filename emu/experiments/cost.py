@@ -10,7 +10,7 @@ analogue) and cost_per_gpu.png; result.json holds the Table 6 comparison at
 
 from __future__ import annotations
 
-from emu.experiments.base import Context, Outcome
+from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
 from topologies import catalog, cost, report
 from topologies.fabric import FabricError
@@ -32,8 +32,6 @@ TEXT_SCALE = f"{cost.TABLE6_GPUS:,} GPUs, radix {cost.TABLE6_RADIX}"
 
 SECTION = "cost"
 SUMMARY = "network cost per fabric vs GPU count (RFabric Fig. 7) and ZCube Table 6; no emulation"
-NEEDS_EMULATION = False
-NEEDS_FABRIC = False
 FIELDS = {
     "gpus": Field(list, list(cost.GPU_COUNTS), "GPU counts of the cost table", item=int,
                   minimum=1),
@@ -114,3 +112,7 @@ def run(ctx: Context) -> Outcome:
         "table6": table6,
         "rfabric_over_ft": efficiency,
     })
+
+
+EXPERIMENT = Experiment(kind="cost", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.NONE)

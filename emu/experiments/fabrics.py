@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from emu.experiments.base import Context, Outcome
+from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
 from topologies import catalog, registry, report
 from topologies.fabric import FabricError
@@ -26,8 +26,6 @@ def _check_spec(spec: str) -> None:
 
 SECTION = "fabrics"
 SUMMARY = "counts of every fabric at one scale, and GraphML/JSON export; no emulation"
-NEEDS_EMULATION = False
-NEEDS_FABRIC = False
 FIELDS = {
     "gpus": Field(int, 16384, "GPU count", minimum=1),
     "radix": Field(int, 128, "packet-switch radix", minimum=2),
@@ -82,3 +80,7 @@ def run(ctx: Context) -> Outcome:
                              "links_count": links}
         ctx.log(f"exported {spec} ({nodes} nodes, {links} links) -> {path}")
     return Outcome(metrics=metrics)
+
+
+EXPERIMENT = Experiment(kind="fabrics", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.NONE)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import networkx as nx
 
-from emu.experiments.base import Context, Outcome, build_fabric
+from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
 from emu.schema import Field
 from topologies.fabric import HOST
 
 SECTION = "lab"
 SUMMARY = "build a fabric and ping every connected pair; with --cli, explore it by hand"
-NEEDS_EMULATION = True
 FIELDS = {
     "ping": Field(bool, True, "ping every pair of hosts the fabric connects"),
 }
@@ -57,3 +56,7 @@ def run(ctx: Context) -> Outcome:
     ctx.log(f"{pairs} host pairs in {len(sets)} network(s); "
             f"ping loss {outcome.metrics['ping_loss_pct']}%")
     return outcome
+
+
+EXPERIMENT = Experiment(kind="lab", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.ONE)

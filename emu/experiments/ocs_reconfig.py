@@ -13,16 +13,15 @@ from __future__ import annotations
 import time
 
 from controllers.ocs_core import TECHNOLOGIES, delay_ms_for
-from emu.experiments.base import Context, Outcome, build_fabric
+from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
 from emu.schema import Field
 from topologies import hybrid
-from traffic import pcap
-from traffic.capture import Capture
-from traffic.replay import FlowResult, Stream
+from traffic.measure import pcap
+from emu.live.capture import Capture
+from emu.live.replay import FlowResult, Stream
 
 SECTION = "ocs_reconfig"
 SUMMARY = "TCP + UDP probe across an OCS circuit, one reconfiguration per Table 2 preset"
-NEEDS_EMULATION = True
 FIELDS = {
     "presets": Field(list, ["rotornet", "mems", "piezo", "lc"], "technologies, in order",
                      item=str, choices=list(TECHNOLOGIES) + ["custom"]),
@@ -102,10 +101,9 @@ def run(ctx: Context) -> Outcome:
             args = {"technology": preset}
             if preset == "custom":
                 args["delay_ms"] = s["custom_delay_ms"]
-            result = ctx.bed.control.call("reconfigure", ocs="o1", circuits=circuits,
-                                          timeout=60 + delays_s[index] * 2, **args)
+            result = ctx.bed.reconfigure("o1", circuits, timeout_s=60 + delays_s[index] * 2,
+                                         **args)
             events.append((preset, result))
-            ctx.fabric.set_circuits("o1", circuits)
             progress(index + 1, len(presets))
             time.sleep(s["settle_s"])
         results = [st.finish(timeout_s=total_s + 30) for st in streams]
@@ -179,3 +177,7 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
 
 def _mbps(records, seconds):
     return sum(r.length for r in records) * 8 / 1e6 / seconds if seconds > 0 else 0.0
+
+
+EXPERIMENT = Experiment(kind="ocs-reconfig", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.ONE)

@@ -11,14 +11,12 @@ binds.  Everything goes to result.json's metrics (and so report.md).
 
 from __future__ import annotations
 
-from emu.experiments.base import Context, Outcome
+from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
 from traffic import kvcache
 
 SECTION = "pd_calc"
 SUMMARY = "KV per token/request/card, P:D ratio (text's table) and N_D sizing; no emulation"
-NEEDS_EMULATION = False
-NEEDS_FABRIC = False
 FIELDS = {
     "model": Field(str, "glm-5.1", "model config (KV layout and dtype)",
                    choices=sorted(kvcache.MODELS)),
@@ -142,3 +140,7 @@ def run(ctx: Context) -> Outcome:
         "kv_table": kv_rows,
         "profiles": profiles,
     })
+
+
+EXPERIMENT = Experiment(kind="pd-calc", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.NONE)

@@ -54,7 +54,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from emu.experiments import pd_inference as pd
-from emu.experiments.base import Context, Outcome
+from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
 from topologies import registry
 from traffic import failover
@@ -63,8 +63,6 @@ from traffic.flows import FlowDag
 SECTION = "pd-failure"
 SUMMARY = "one ToR fails mid-stream on ROFT, HPN and ZCube: throughput and TTFT before/after, " \
           "degradation vs the text's 46.9/9.0/2.8%"
-NEEDS_EMULATION = True
-OWNS_TESTBEDS = True
 FABRICS = ("roft", "hpn", "zcube")
 #: Single ToR failure in a 4K-GPU cluster, the 002 text (ZCube's Figure 3b).
 TEXT_DEGRADATION_PCT = {"roft": 46.9, "hpn": 9.0, "zcube": 2.8}
@@ -356,3 +354,7 @@ def _repeat_row(name, fabric, switch, moves, event, runs, t_fail, repeat, outcom
         outcome.warnings.append(f"{name} #{repeat}: {len(event.stranded)} flows had a GPU cut "
                                 f"off by the failure of {switch}")
     return row
+
+
+EXPERIMENT = Experiment(kind="pd-failure", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.SERIES)

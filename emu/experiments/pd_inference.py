@@ -3,7 +3,7 @@
 The same seeded request stream (`traffic.requests`, one of section 4's
 profiles, ``requests`` requests at ``rate_per_s`` real requests per second)
 is served on each fabric of ``fabrics``, one testbed at a time
-(``OWNS_TESTBEDS``: `emu.testbeds`).  Every fabric has the same GPU count
+(``OWNS_TESTBEDS``: `emu.live.series`).  Every fabric has the same GPU count
 (``[fabric] spec`` is the ZCube reference: ``zcube,n=4,gpus_per_server=2``
 is 16 GPUs; ROFT, RailFly, HPN and Rail-Fabric are built at its GPU count,
 `fabric_specs`) and
@@ -32,7 +32,7 @@ Per fabric:
   (`controllers.pins`) before the flow starts, unpinned when it ends;
   smaller ones use the expander, where destination routes live;
 * **per-link load** (``link_capture``): one tcpdump on every switch port
-  (`traffic.capture.FabricCapture`), analysed by `traffic.linkload` into
+  (`emu.live.capture.FabricCapture`), analysed by `traffic.measure.linkload` into
   ``<fabric>/links.csv`` and the hottest links.
 
 TTFT per request = the end of its last KV flow - its arrival, i.e. the P
@@ -71,26 +71,24 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from emu.experiments.base import Context, Outcome
+from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
 from topologies import catalog, cost, registry
 from topologies.fabric import FabricError
 from traffic import fastlane, kvcache
 from traffic import requests as rq
-from traffic import linkload
-from traffic.capture import FabricCapture
+from traffic.measure import linkload
+from emu.live.capture import FabricCapture
 from traffic.credits import Credits
 from traffic.flows import FlowDag
 from traffic.kvflows import STRATEGIES, KvTransfer, kv_transfer, link_id
 from traffic.pairing import PAIRINGS, ClusterState, pairing
 from traffic.placement import TILES, Placement, PlacementError, Topology, placement
-from traffic.replay import Replayer
+from emu.live.replay import Replayer
 
 SECTION = "pd-inference"
 SUMMARY = "the same seeded P/D request stream on ZCube and ROFT (and RailFly): TTFT P50/P95/" \
           "P99, throughput, KV P99, peak KV streams per D, cost"
-NEEDS_EMULATION = True
-OWNS_TESTBEDS = True
 FABRICS = ("zcube", "roft", "railfly", "hpn", "rail-fabric")
 HOTTEST_LINKS = 5
 
@@ -466,8 +464,8 @@ def serve(ctx: Context, bed, label: str, planned: Sequence[Planned], d_credits: 
     (``d_credits`` None: no credits, every stream starts when due).
 
     With ``links_dir``, one tcpdump in the root namespace captures every
-    switch port during the replay (`traffic.capture.FabricCapture`) and the
-    per-link load goes to ``links_dir/links.csv`` (`traffic.linkload`); the
+    switch port during the replay (`emu.live.capture.FabricCapture`) and the
+    per-link load goes to ``links_dir/links.csv`` (`traffic.measure.linkload`); the
     ``hottest`` busiest links are returned by name.
     """
     link_mbps = ctx.scenario.config["scale"]["link_mbps"]
@@ -609,3 +607,7 @@ def run(ctx: Context) -> Outcome:
         metrics["cost"] = costs
     outcome.metrics = metrics
     return outcome
+
+
+EXPERIMENT = Experiment(kind="pd-inference", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.SERIES)

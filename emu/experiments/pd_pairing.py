@@ -30,7 +30,7 @@ import dataclasses
 from typing import Dict, List
 
 from emu.experiments import pd_inference as pd
-from emu.experiments.base import Context, Outcome
+from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
 from topologies import registry
 from traffic.pairing import PAIRINGS
@@ -38,8 +38,6 @@ from traffic.pairing import PAIRINGS
 SECTION = "pd-pairing"
 SUMMARY = "P/D pairing strategies x KV ingress credits on/off on one fabric: TTFT P99, " \
           "incast (peak KV streams per D), throughput"
-NEEDS_EMULATION = True
-OWNS_TESTBEDS = True
 
 _SHARED = ("workload", "seed", "tp", "placement", "tile", "path_strategy", "path_credits",
            "lock_wait_s")
@@ -158,3 +156,7 @@ def run(ctx: Context) -> Outcome:
         metrics["hottest_links"] = hottest
     outcome.metrics = metrics
     return outcome
+
+
+EXPERIMENT = Experiment(kind="pd-pairing", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.SERIES)

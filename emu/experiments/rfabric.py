@@ -4,8 +4,8 @@ One small RL workload (`WORKLOADS`: a 0.5 B-parameter toy model on 16 GPUs,
 Train TP=2 x PP=2 x DP=2 in one PoD, Gen TP=2 x DP=4 with 1:1 P/D in the
 other, one-step asynchronous) is laid out as phases by `traffic.phases` and
 replayed for ``iterations`` on each fabric of ``fabrics``, one testbed at a
-time (``OWNS_TESTBEDS``: `emu.testbeds`).  Phases that overlap in the layout
-run concurrently (`traffic.rlreplay`).  Every fabric gets the same flows:
+time (``OWNS_TESTBEDS``: `emu.live.series`).  Phases that overlap in the layout
+run concurrently (`emu.live.rlreplay`).  Every fabric gets the same flows:
 the ranks land on hosts h1..h16 in the same order (Train first), and the
 DAGs do not depend on the fabric (flat rings, no PoD-aware all-reduce).
 
@@ -49,20 +49,18 @@ from typing import Dict, List, Optional
 
 from controllers.ocs_core import TECHNOLOGIES
 from controllers.proxy_core import MODES, ControlProxy
-from emu.experiments.base import Context, Outcome, build_fabric
+from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
 from emu.schema import Field
 from topologies import cost, registry
 from topologies.fabric import Fabric, FabricError
 from traffic.phases import Schedule, build_phases
 from traffic.ranks import Parallelism
-from traffic.rlreplay import IterationRun, IterationRunner
+from emu.live.rlreplay import IterationRun, IterationRunner
 from traffic.workload import ComputeTimes, Model, RLConfig, build_iteration
 
 SECTION = "rfabric"
 SUMMARY = "RL iterations on FT, RFabric (and FT-OS, ROFT, SiP-OCS): normalized throughput, " \
           "exposed reconfiguration"
-NEEDS_EMULATION = True
-OWNS_TESTBEDS = True
 FABRICS = ("fattree", "clos", "fattree-os", "roft", "sip-ocs", "rfabric")
 FT = ("fattree", "clos")                       # the reference, first one listed
 COST_NAME = {"fattree": "clos"}                # the cost model's FT is the folded Clos
@@ -395,3 +393,7 @@ def run(ctx: Context) -> Outcome:
         outcome.warnings.append("no FT (fattree or clos) in rfabric.fabrics: no normalized "
                                 "throughput")
     return outcome
+
+
+EXPERIMENT = Experiment(kind="rfabric", summary=SUMMARY, section=SECTION, fields=FIELDS,
+                        check=check, run=run, network=Network.SERIES)

@@ -14,8 +14,8 @@ import pytest
 
 from emu.experiments.base import host_gbps
 from emu.experiments.lab import connected_host_sets
-from emu.scale import Scale
-from emu.testbed import Testbed
+from traffic.scale import Scale
+from emu.live.testbed import Testbed
 from tests.integration.utils import assert_no_leftovers
 from topologies import registry, routing
 from topologies.fabric import EPS, HOST, OCS

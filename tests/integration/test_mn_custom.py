@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emu import state
+from emu.live import state
 from tests.integration.utils import REPO, assert_no_leftovers
 
 pytestmark = pytest.mark.require_root

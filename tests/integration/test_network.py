@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from emu.scale import Scale
-from emu.testbed import Testbed
+from traffic.scale import Scale
+from emu.live.testbed import Testbed
 from tests.integration.utils import assert_no_leftovers, assert_ping
 from topologies import hybrid, registry
-from traffic import pcap
-from traffic.capture import Capture
-from traffic.replay import Stream
+from traffic.measure import pcap
+from emu.live.capture import Capture
+from emu.live.replay import Stream
 
 pytestmark = pytest.mark.require_root
 

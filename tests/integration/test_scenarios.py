@@ -11,9 +11,9 @@ import threading
 
 import pytest
 
-from emu.scale import Scale
-from emu.testbed import Testbed
-from emu.waiting import wait_until
+from traffic.scale import Scale
+from emu.live.testbed import Testbed
+from emu.live.waiting import wait_until
 from tests.integration.utils import REPO, assert_no_leftovers, leftovers, only_run, run_cli
 from topologies import registry
 

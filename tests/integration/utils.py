@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import List
 
-from emu import state
-from emu.waiting import WaitTimeout, wait_until
+from emu.live import state
+from emu.live.waiting import WaitTimeout, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 

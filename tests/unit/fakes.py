@@ -7,14 +7,18 @@ In the style of faucet's ``clib/fakeoftable.py``:
   controller-to-switch types os-ken cannot parse: group mod and barrier
   request), checks that re-serialising the parsed message gives the same
   bytes, and applies the parsed message to its ``FakeFlowTable``.  It can
-  answer barrier requests synchronously, so a ``FabricService`` runs without
-  a switch or a thread.
+  answer barrier requests synchronously, so an ``OpenFlowApplier`` (and the
+  ``FabricService`` above it) runs without a switch or a thread.
 * ``FakeFlowTable`` applies flow mods (add, delete, delete_strict) and group
   mods (add, modify, delete) with OpenFlow's semantics, and answers "which
   output ports may a packet with in_port=P, ipv4_dst=D leave by".
 * ``FakeNetwork`` is one fake datapath per switch of a fabric, and ``trace``
   walks a packet hop by hop through the fake tables, following every ECMP
-  branch, until it reaches a host, is dropped or loops.
+  branch, until it reaches a host, is dropped or loops.  ``send_intents``
+  turns a core's intents into OpenFlow messages as the applier does and
+  sends them, so a core's decisions can be traced packet by packet.
+* ``RecordingApplier`` stands for any data plane: it keeps the batches a
+  ``FabricService`` hands it, for tests that assert intents.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
-from controllers.compat import FRAMEWORK, ofp, parser
+from controllers.intents import Batch, Reset
+from controllers.openflow.compat import FRAMEWORK, ofp, parser
+from controllers.openflow.messages import to_messages
 from topologies.fabric import HOST, OCS, Fabric
 
 ofproto_parser = importlib.import_module(f"{FRAMEWORK}.ofproto.ofproto_parser")
@@ -69,6 +75,14 @@ def decode(datapath, buf: bytes):
         if msg_len != ofp.OFP_HEADER_SIZE:
             raise FakeSwitchError(f"barrier request of {msg_len} bytes")
         msg = parser.OFPBarrierRequest(datapath)
+        msg.set_xid(xid)
+    elif msg_type == ofp.OFPT_MULTIPART_REQUEST:
+        stats_type, flags = struct.unpack_from("!HH", buf, ofp.OFP_HEADER_SIZE)
+        if stats_type != ofp.OFPMP_PORT_STATS or msg_len != ofp.OFP_MULTIPART_REQUEST_SIZE + 8:
+            raise FakeSwitchError(f"the fake switch answers port stats only, got multipart "
+                                  f"type {stats_type} of {msg_len} bytes")
+        (port_no,) = struct.unpack_from("!I", buf, ofp.OFP_MULTIPART_REQUEST_SIZE)
+        msg = parser.OFPPortStatsRequest(datapath, flags, port_no)
         msg.set_xid(xid)
     elif msg_type == ofp.OFPT_FLOW_MOD:
         msg = ofproto_parser.msg(datapath, version, msg_type, msg_len, xid, buf)
@@ -151,7 +165,7 @@ class FakeFlowTable:
             self._flow_mod(msg)
         elif isinstance(msg, parser.OFPGroupMod):
             self._group_mod(msg)
-        elif not isinstance(msg, parser.OFPBarrierRequest):
+        elif not isinstance(msg, (parser.OFPBarrierRequest, parser.OFPPortStatsRequest)):
             raise FakeSwitchError(f"{self.name}: unexpected {type(msg).__name__}")
 
     def _flow_mod(self, msg) -> None:
@@ -260,6 +274,10 @@ class FakeDatapath:
         self.journal = journal                # shared (name, msg) log across switches
         self.on_barrier = on_barrier          # e.g. FabricService.barrier_replied
         self.on_message: Optional[Callback] = None   # called after a message is applied
+        # Port stats: bytes sent per port, and who hears the reply (e.g. the
+        # os-ken handler, or OpenFlowApplier.port_stats_replied).
+        self.tx_bytes: Dict[int, int] = {}
+        self.on_port_stats: Optional[Callable[["FakeDatapath", object], None]] = None
 
     def set_xid(self, msg) -> int:
         if msg.xid:
@@ -284,6 +302,20 @@ class FakeDatapath:
             self.on_message(self, parsed)
         if isinstance(parsed, parser.OFPBarrierRequest) and self.on_barrier is not None:
             self.on_barrier(self, parsed.xid)
+        if isinstance(parsed, parser.OFPPortStatsRequest) and self.on_port_stats is not None:
+            self.on_port_stats(self, self.port_stats_reply(parsed))
+
+    def port_stats_reply(self, request):
+        """The reply a switch gives: one OFPPortStats per port of ``tx_bytes``."""
+        body = [parser.OFPPortStats(port_no=port, rx_packets=0, tx_packets=count // 1000,
+                                    rx_bytes=0, tx_bytes=count, rx_dropped=0, tx_dropped=0,
+                                    rx_errors=0, tx_errors=0, rx_frame_err=0, rx_over_err=0,
+                                    rx_crc_err=0, collisions=0, duration_sec=1, duration_nsec=0)
+                for port, count in sorted(self.tx_bytes.items())
+                if request.port_no in (port, ofp.OFPP_ANY)]
+        reply = parser.OFPPortStatsReply(self, body=body, flags=0)
+        reply.xid = request.xid
+        return reply
 
     def send_all(self, msgs) -> None:
         """Bind and send messages from a core, as the app shim does."""
@@ -360,18 +392,33 @@ class FakeNetwork:
             name: FakeDatapath(fabric.graph.nodes[name]["dpid"], name, on_barrier, self.journal)
             for name in fabric.switches}
 
-    def connect(self, service) -> None:
-        """Connect every switch to a FabricService, as os-ken would.
+    def connect(self, applier, service) -> None:
+        """Connect every switch to an OpenFlowApplier with the service's start
+        intents, as the os-ken app does.
 
         os-ken handles one event at a time, so the reply to the barrier that
         ends a switch's initial messages is processed only after the
         switch-features handler returned; replaying it here models that
         (the synchronous reply sent during the handler came too early).
         """
-        for datapath in self.datapaths.values():
-            service.switch_connected(datapath)
+        for name, datapath in self.datapaths.items():
+            applier.switch_connected(datapath, service.start(name))
             barriers = [m for m in datapath.sent if isinstance(m, parser.OFPBarrierRequest)]
-            service.barrier_replied(datapath, barriers[-1].xid)
+            applier.barrier_replied(datapath, barriers[-1].xid)
+
+    def messages(self, switch: str, intents) -> List:
+        """A switch's intents as the OpenFlow applier translates them."""
+        return to_messages(intents, lambda host: self.fabric.graph.nodes[host]["index"],
+                           self.fabric.kind(switch) == OCS)
+
+    def send_intents(self, batch: Batch) -> None:
+        """Translate each switch's intents to OpenFlow 1.3 and send them (no barrier)."""
+        for switch, intents in batch.items():
+            self.datapaths[switch].send_all(self.messages(switch, intents))
+
+    def start(self, switch: str, intents) -> None:
+        """Bring an empty switch to ``intents``, as a Reset followed by them."""
+        self.send_intents({switch: [Reset(switch)] + list(intents)})
 
     @property
     def tables(self) -> Dict[str, FakeFlowTable]:
@@ -393,3 +440,28 @@ def assert_delivered(network: FakeNetwork, src: str, dst: str) -> Trace:
                                  f"but: {result.failures}")
     assert result.delivered, f"{src} -> {dst}: no path reached {dst}"
     return result
+
+
+class RecordingApplier:
+    """An applier that records each batch it is given; every switch is ready."""
+
+    def __init__(self, fabric: Fabric):
+        self.fabric = fabric
+        self.batches: List[Batch] = []
+        self.syncs = 0
+        self.errors: List[str] = []
+
+    def apply(self, batch: Batch) -> None:
+        self.batches.append({switch: list(intents) for switch, intents in batch.items()})
+
+    def sync(self) -> None:
+        self.syncs += 1
+
+    def status(self) -> dict:
+        return {"connected": list(self.fabric.switches),
+                "ready_switches": list(self.fabric.switches), "errors": list(self.errors)}
+
+    def counters(self) -> Dict[str, Dict[int, dict]]:
+        return {switch: {port: {"tx_bytes": 0, "rx_bytes": 0}
+                         for port in self.fabric.ports_of(switch)}
+                for switch in self.fabric.switches}

@@ -1,17 +1,22 @@
-"""EPS and OCS cores through fake datapaths, and a smoke test of the os-ken shim."""
+"""EPS and OCS cores: their intents, the same intents traced through fake OpenFlow
+datapaths, the OpenFlow applier's translation, and a smoke test of the os-ken shim."""
 
 import json
 import os
 import queue
 
 import pytest
-from fakes import FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode
+from fakes import (FakeDatapath, FakeNetwork, FakeSwitchError, RecordingApplier, assert_delivered,
+                   decode)
 
-from controllers import app, launcher, ofmsg
-from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, ofp, ofp_event,
+from controllers import launcher
+from controllers.openflow import app, messages as ofmsg
+from controllers.openflow.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, ofp, ofp_event,
                                 parser)
 from controllers.eps_core import EpsCore
+from controllers.intents import Lightpath, Reset, Route
 from controllers.ocs_core import CUSTOM, TECHNOLOGIES, OcsCore, delay_ms_for
+from controllers.openflow.applier import OpenFlowApplier
 from controllers.service import FabricService
 from topologies import hybrid, registry
 from topologies.fabric import EPS, FabricError
@@ -25,7 +30,7 @@ def eps_network(fabric):
     core = EpsCore(fabric)
     network = FakeNetwork(fabric)
     for name in fabric.eps_switches:
-        network.datapaths[name].send_all(core.switch_start(name))
+        network.start(name, core.switch_start(name))
     return core, network
 
 
@@ -33,8 +38,12 @@ def ocs_network(fabric, tdf=1.0):
     cores = {name: OcsCore(fabric, name, tdf) for name in fabric.ocs_switches}
     eps, network = eps_network(fabric)
     for name, core in cores.items():
-        network.datapaths[name].send_all(core.switch_start())
+        network.start(name, core.switch_start())
     return eps, cores, network
+
+
+def group_id(fabric, host):
+    return fabric.graph.nodes[host]["index"]
 
 
 def role(fabric, node):
@@ -53,9 +62,21 @@ def fat_tree():
 
 
 # ---------------------------------------------------------------- EPS core
-def test_switch_start_clears_then_installs_one_group_and_route_per_host(fat_tree):
+def test_switch_start_gives_one_route_per_host_with_its_ecmp_ports(fat_tree):
     fabric, core, _ = fat_tree
-    msgs = core.switch_start("s1")
+    routes = core.switch_start("s1")
+    assert all(isinstance(r, Route) and r.switch == "s1" for r in routes)
+    assert [r.dst for r in routes] == fabric.hosts, "one route per destination host, in order"
+    for route in routes:
+        assert route.dst_ip == fabric.graph.nodes[route.dst]["ip"]
+        assert route.ports == core.table["s1"][route.dst], \
+            f"s1 -> {route.dst}: the route's ports are the routing table's"
+        assert list(route.ports) == sorted(route.ports) and route.ports
+
+
+def test_a_reset_and_routes_clear_then_install_one_group_and_route_per_host(fat_tree):
+    fabric, core, network = fat_tree
+    msgs = network.messages("s1", [Reset("s1")] + core.switch_start("s1"))
     first = msgs[:3]
     assert first[0].command == ofp.OFPFC_DELETE and first[0].table_id == ofp.OFPTT_ALL, \
         "a connecting switch must first lose every flow of a previous controller"
@@ -113,7 +134,7 @@ def test_ecmp_group_sizes_follow_the_fat_tree_formulas(fat_tree):
     for switch in fabric.eps_switches:
         table = network.tables[switch]
         for host in fabric.hosts:
-            ports = table.group_ports(core.group_id(host))
+            ports = table.group_ports(group_id(fabric, host))
             edge = fabric.host_port(host)[0]
             kind = role(fabric, switch)
             if kind == "core":
@@ -139,10 +160,12 @@ def test_reroute_sends_group_modifies_only_for_changed_entries():
     batch = core.reroute()
     assert edge in batch and agg in batch, \
         f"both ends of {edge}-{agg} must change: {sorted(batch)}"
-    for switch, msgs in batch.items():
+    for switch, routes in batch.items():
+        assert all(isinstance(r, Route) and r.switch == switch for r in routes)
+        msgs = network.messages(switch, routes)
         assert all(isinstance(m, parser.OFPGroupMod) and m.command == ofp.OFPGC_MODIFY
                    for m in msgs), f"{switch}: a route change must be an atomic group MODIFY"
-        network.datapaths[switch].send_all(msgs)
+    network.send_intents(batch)
     port = fabric.graph.edges[edge, agg, 0]["ports"][edge]
     for dst in fabric.hosts[4:]:
         result = assert_delivered(network, "h1", dst)
@@ -156,9 +179,13 @@ def test_reroute_drops_unreachable_destinations_unless_filled():
     plain = EpsCore(fabric)
     batch = plain.reroute(dark)
     remote = [h for h in fabric.hosts if fabric.host_port(h)[0] != "s1"]
-    emptied = {m.group_id for m in batch["s1"] if not m.buckets}
-    assert emptied == {plain.group_id(h) for h in remote}, \
-        "without circuits, s1's groups towards other ToRs' hosts become empty (drop)"
+    emptied = {r.dst for r in batch["s1"] if not r.ports}
+    assert emptied == set(remote), \
+        "without circuits, s1's routes towards other ToRs' hosts lose every port (drop)"
+    network = FakeNetwork(fabric)
+    msgs = network.messages("s1", batch["s1"])
+    assert {m.group_id for m in msgs if not m.buckets} == {group_id(fabric, h) for h in remote}, \
+        "an empty route becomes an empty group, which drops"
     filled = EpsCore(fabric)
     before = dict(filled.table)
     assert filled.reroute(dark, fill_missing_from=filled.table) == {}, \
@@ -227,9 +254,13 @@ def test_plan_splits_keep_tear_and_light_without_touching_the_fabric(ring3):
     assert plan.light == {(1, 4), (5, 6)}, f"light: {plan.light}"
     assert plan.dark_ports == [1, 4, 5, 6], f"dark ports: {plan.dark_ports}"
     assert ring3.circuits["o1"] == before, "planning must not change the circuits"
-    torn = [(m.command, dict(m.match.items())["in_port"]) for m in core.tear_msgs(plan)]
+    assert core.tear(plan) == [Lightpath("o1", 1, 6, False), Lightpath("o1", 4, 5, False)]
+    assert core.light(plan) == [Lightpath("o1", 1, 4, True), Lightpath("o1", 5, 6, True)]
+    network = FakeNetwork(ring3)
+    torn = [(m.command, dict(m.match.items())["in_port"])
+            for m in network.messages("o1", core.tear(plan))]
     assert sorted(torn) == [(ofp.OFPFC_DELETE_STRICT, p) for p in (1, 4, 5, 6)]
-    lit = sorted(dict(m.match.items())["in_port"] for m in core.light_msgs(plan))
+    lit = sorted(dict(m.match.items())["in_port"] for m in network.messages("o1", core.light(plan)))
     assert lit == [1, 4, 5, 6]
     core.commit(plan)
     assert ring3.circuits["o1"] == {(2, 3), (1, 4), (5, 6)}
@@ -285,13 +316,15 @@ HANDLERS = {
     "error_msg": (ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER]),
     "state_change": (ofp_event.EventOFPStateChange, ["dead"]),
     "port_status": (ofp_event.EventOFPPortStatus, [MAIN_DISPATCHER]),
+    "port_stats_reply": (ofp_event.EventOFPPortStatsReply, [MAIN_DISPATCHER]),
 }
 
 
 def bare_controller(fabric):
-    """The app object without os-ken's app manager: only the service is set."""
+    """The app object without os-ken's app manager: only the applier and service are set."""
     controller = app.FabricController.__new__(app.FabricController)
-    controller.service = FabricService(fabric)
+    controller.applier = OpenFlowApplier(fabric)
+    controller.service = FabricService(fabric, controller.applier)
     controller.port_events = queue.Queue()
     return controller
 
@@ -309,7 +342,7 @@ def test_every_handler_is_registered_and_covered_by_the_smoke_test():
 def test_smoke_every_handler_with_real_event_objects():
     fabric = registry.build("hybrid")
     controller = bare_controller(fabric)
-    service = controller.service
+    service, applier = controller.service, controller.applier
     datapaths = {name: FakeDatapath(fabric.graph.nodes[name]["dpid"], name)
                  for name in fabric.switches}
 
@@ -335,10 +368,10 @@ def test_smoke_every_handler_with_real_event_objects():
         controller.port_status(ofp_event.EventOFPPortStatus(parser.OFPPortStatus(
             datapaths[switch], ofp.OFPPR_MODIFY, desc)))
         queued = controller.port_events.get_nowait()
-        assert queued == (datapaths[switch], port_no, up), \
+        assert queued == (switch, port_no, up), \
             "the handler must only queue the report; rerouting waits for barriers"
         for datapath in datapaths.values():  # answer the reroute's barriers as they come
-            datapath.on_barrier = lambda dp, xid: service.barrier_replied(dp, xid)
+            datapath.on_barrier = lambda dp, xid: applier.barrier_replied(dp, xid)
         service.port_changed(*queued)
         assert (sorted((switch, peer)) in service.state()["down_links"]) != up
 
@@ -346,12 +379,51 @@ def test_smoke_every_handler_with_real_event_objects():
                                code=ofp.OFPBAC_BAD_OUT_GROUP)
     error.xid = 42
     controller.error_msg(ofp_event.EventOFPErrorMsg(error))
-    assert service.errors == [f"dpid {datapaths['s1'].id}: OFPErrorMsg type=2 code=9 xid=42"]
+    assert applier.errors == [f"dpid {datapaths['s1'].id}: OFPErrorMsg type=2 code=9 xid=42"]
     assert not service.status()["ready"], "a switch error must make the fabric not ready"
+
+    for datapath in datapaths.values():     # switches answer port stats through the handler
+        datapath.tx_bytes = {port: 1000 * port for port in fabric.ports_of(datapath.name)}
+        datapath.on_port_stats = lambda dp, reply: controller.port_stats_reply(
+            ofp_event.EventOFPPortStatsReply(reply))
+    counters = service.counters()["switches"]
+    assert counters["s1"]["1"]["tx_bytes"] == 1000
 
     controller.state_change(ofp_event.EventOFPStateChange(datapaths["o1"]))
     assert "o1" not in service.status()["connected"]
     assert "o1" in service.status()["missing"]
+
+
+def test_counters_come_from_port_stats_of_every_connected_switch():
+    fabric = registry.build("fattree,k=4")
+    applier = OpenFlowApplier(fabric)
+    service = FabricService(fabric, applier)
+    network = FakeNetwork(fabric, on_barrier=applier.barrier_replied)
+    network.connect(applier, service)
+    for datapath in network.datapaths.values():
+        datapath.tx_bytes = {port: 100 + port for port in fabric.ports_of(datapath.name)}
+        datapath.tx_bytes[ofp.OFPP_LOCAL] = 7          # OVS's own port: not a fabric link
+        datapath.on_port_stats = lambda dp, reply: applier.port_stats_replied(
+            dp, reply.xid, reply.body, False)
+    counters = applier.counters()
+    assert sorted(counters) == sorted(fabric.switches)
+    for switch, ports in counters.items():
+        assert sorted(ports) == sorted(fabric.ports_of(switch)), \
+            f"{switch}: every wired port and only those, got {sorted(ports)}"
+        assert all(values["tx_bytes"] == 100 + port for port, values in ports.items())
+    reply = service.handle({"op": "counters"})["switches"]
+    assert reply["s1"]["1"]["tx_bytes"] == 101, "JSON keys are strings"
+
+
+def test_counters_refuse_a_switch_that_does_not_answer(monkeypatch):
+    from controllers.openflow import applier as applier_module
+    fabric = registry.build("hybrid")
+    applier = OpenFlowApplier(fabric)
+    network = FakeNetwork(fabric, on_barrier=applier.barrier_replied)
+    network.connect(applier, FabricService(fabric, applier))
+    monkeypatch.setattr(applier_module, "STATS_TIMEOUT_S", 0.05)
+    with pytest.raises(applier_module.SwitchError, match="did not answer a port-stats request"):
+        applier.counters()
 
 
 def test_fail_loudly_ends_the_process_with_code_70(monkeypatch, capsys):
@@ -442,7 +514,7 @@ def test_fake_table_models_openflow_errors_and_group_deletion():
     datapath = FakeDatapath(2, "s1")
     with pytest.raises(FakeSwitchError, match="OFPBAC_BAD_OUT_GROUP"):
         datapath.send_all([ofmsg.route_to_group("10.0.0.1", 1)])
-    datapath.send_all(core.switch_start("s1"))
+    datapath.send_all(FakeNetwork(fabric).messages("s1", [Reset("s1")] + core.switch_start("s1")))
     assert datapath.table.output_ports(3, "10.0.0.1") == {1}
     with pytest.raises(FakeSwitchError, match="OFPGMFC_GROUP_EXISTS"):
         datapath.send_all([ofmsg.route_group(1, [2])])

@@ -9,7 +9,7 @@ import networkx as nx
 import pytest
 
 from emu.experiments import pd_inference as pd
-from emu.scale import Scale
+from traffic.scale import Scale
 from topologies import catalog, rail_fabric, registry, routing
 from topologies.fabric import Fabric, FabricError
 from traffic import fastlane as fl

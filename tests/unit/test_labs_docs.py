@@ -186,7 +186,7 @@ def test_every_command_parses_and_its_scenario_validates(name, capsys):
         code = emu_run.main(command.check_argv())
         captured = capsys.readouterr()
         assert code == 0, f"{command.source}\n--check said: {captured.err or captured.out}"
-        emulates = scenarios.load(command.args.scenario, command.args.set).experiment.NEEDS_EMULATION
+        emulates = scenarios.load(command.args.scenario, command.args.set).experiment.needs_emulation
         if not command.args.check:
             assert command.root == emulates, (
                 f"{command.source}: " + ("builds a network, so it needs sudo" if emulates
@@ -210,7 +210,7 @@ def _check_script_line(line: str, fabric, cli, down: set) -> None:
     """Raise AssertionError if the lab CLI would refuse `line` on `fabric` (whose
     circuits follow the script's ``ocs set`` lines, and whose ``down`` links
     its ``fail`` and ``restore`` lines)."""
-    from emu.cli import FabricCLI, failure_links, parse_circuits
+    from emu.live.cli import FabricCLI, failure_links, parse_circuits
 
     assert "#" not in line, ("no comments in CLI scripts: Mininet's source runs '#' lines "
                              "as commands and prints '*** Unknown command'")
@@ -263,7 +263,7 @@ def _check_script_line(line: str, fabric, cli, down: set) -> None:
 @pytest.mark.parametrize("name,command", _cli_commands(),
                          ids=[c.args.cli_script for _, c in _cli_commands()])
 def test_every_cli_script_line_fits_its_fabric(name, command):
-    from emu.cli import FabricCLI
+    from emu.live.cli import FabricCLI
 
     fabric = build_fabric(scenarios.load(command.args.scenario, command.args.set))
     cli = FabricCLI.__new__(FabricCLI)  # its argument checks only: no network, no Mininet CLI

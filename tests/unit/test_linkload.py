@@ -1,4 +1,4 @@
-"""Tests for traffic.linkload on hand-built Linux cooked v2 captures."""
+"""Tests for traffic.measure.linkload on hand-built Linux cooked v2 captures."""
 
 import base64
 import csv
@@ -10,8 +10,8 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from topologies import registry
-from traffic import linkload
-from traffic.capture import (CaptureError, FabricCapture, root_interfaces,
+from traffic.measure import linkload
+from emu.live.capture import (CaptureError, FabricCapture, root_interfaces,
                              tcpdump_counts)
 from traffic.kvflows import link_id
 

@@ -1,11 +1,11 @@
-"""Tests for traffic.pcap on small captures written with scapy."""
+"""Tests for traffic.measure.pcap on small captures written with scapy."""
 
 import pytest
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import ARP, CookedLinux, Dot1Q, Ether
 from scapy.utils import wrpcap, wrpcapng
 
-from traffic.pcap import (Gap, PacketRecord, blackout_near, find_gaps,
+from traffic.measure.pcap import (Gap, PacketRecord, blackout_near, find_gaps,
                           packet_records, recovery_time, throughput_series)
 
 T0 = 1_700_000_000.0  # an epoch time like the ones real captures carry

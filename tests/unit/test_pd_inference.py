@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from emu.experiments import pd_inference as pd
-from emu.scale import Scale
+from traffic.scale import Scale
 from topologies import registry
 from traffic import kvcache
-from traffic.replay import FlowResult
+from emu.live.replay import FlowResult
 from traffic.requests import Request
 
 SETTINGS = dict(workload="deep-thinking", requests=12, rate_per_s=10.0, seed=1,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from emu.scale import Scale
+from traffic.scale import Scale
 from topologies import registry
 from traffic.phases import build_phases
 from traffic.ranks import Parallelism

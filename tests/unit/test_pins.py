@@ -9,8 +9,10 @@ import pytest
 from fakes import (ETH_TYPE_IPV4, FakeDatapath, FakeFlowTable, FakeNetwork, FakeSwitchError,
                    decode, trace)
 
-from controllers import ofmsg
-from controllers.compat import ofp, parser
+from controllers.intents import PinHop, UnpinHop
+from controllers.openflow import messages as ofmsg
+from controllers.openflow.applier import OpenFlowApplier
+from controllers.openflow.compat import ofp, parser
 from controllers.eps_core import EpsCore
 from controllers.pins import PinTable
 from controllers.service import FabricService
@@ -64,13 +66,21 @@ def programmed(fabric: Fabric) -> FakeNetwork:
     core = EpsCore(fabric)
     network = FakeNetwork(fabric)
     for name in fabric.eps_switches:
-        network.datapaths[name].send_all(core.switch_start(name))
+        network.start(name, core.switch_start(name))
     return network
 
 
 def send(network: FakeNetwork, batch: Dict[str, list]) -> None:
-    for switch, msgs in batch.items():
-        network.datapaths[switch].send_all(msgs)
+    """A batch of intents, as the OpenFlow applier sends it."""
+    network.send_intents(batch)
+
+
+def openflow_service(fabric: Fabric):
+    applier = OpenFlowApplier(fabric)
+    service = FabricService(fabric, applier)
+    network = FakeNetwork(fabric, on_barrier=applier.barrier_replied)
+    network.connect(applier, service)
+    return service, network
 
 
 def flows_of(network: FakeNetwork):
@@ -123,20 +133,29 @@ def test_pin_messages_outrank_routes_and_round_trip_as_openflow():
         assert dict(again.match.items()) == dict(msg.match.items())
 
 
-def test_pin_returns_one_flow_per_switch_last_switch_first(rail):
-    fabric, _, path = rail
+def test_pin_returns_one_hop_per_switch_last_switch_first(rail):
+    fabric, network, path = rail
     table = PinTable(fabric)
     batch = table.pin("kv-1", path)
     assert list(batch) == list(reversed(path[1:-1]))
-    for switch, peer in zip(path[1:-1], path[2:]):
-        (msg,) = batch[switch]
-        port = msg.instructions[0].actions[0].port
-        assert fabric.peer(switch, port)[0] == peer, f"{switch} should send toward {peer}"
-        assert msg.cookie & ofmsg.COOKIE_PIN_MASK == ofmsg.COOKIE_PIN
     src_ip, dst_ip = (fabric.graph.nodes[h]["ip"] for h in (path[0], path[-1]))
+    serial = table.pins["kv-1"].serial
+    for switch, peer in zip(path[1:-1], path[2:]):
+        (hop,) = batch[switch]
+        assert isinstance(hop, PinHop) and (hop.switch, hop.pin, hop.serial) == \
+            (switch, "kv-1", serial)
+        assert (hop.src_ip, hop.dst_ip) == (src_ip, dst_ip)
+        assert fabric.peer(switch, hop.port)[0] == peer, f"{switch} should send toward {peer}"
+        (msg,) = network.messages(switch, [hop])
+        assert msg.instructions[0].actions[0].port == hop.port
+        assert msg.cookie & ofmsg.COOKIE_PIN_MASK == ofmsg.COOKIE_PIN
+        assert msg.cookie & ~ofmsg.COOKIE_PIN_MASK == serial, "the cookie carries the serial"
     pin = table.pins["kv-1"]
     assert (pin.src_ip, pin.dst_ip) == (src_ip, dst_ip)
-    assert list(table.unpin("kv-1")) == path[1:-1]
+    removed = table.unpin("kv-1")
+    assert list(removed) == path[1:-1]
+    assert all(hops == [UnpinHop(switch, "kv-1", serial, src_ip, dst_ip)]
+               for switch, hops in removed.items())
     assert table.pins == {}
 
 
@@ -168,9 +187,9 @@ def test_a_reconnecting_switch_gets_its_pins_back(rail):
     send(network, pins.pin("kv-1", path))
     core = EpsCore(fabric)
     middle = path[2]
-    network.datapaths[middle].send_all(core.switch_start(middle))
+    network.start(middle, core.switch_start(middle))
     assert paths(network, path[0], path[-1]) != [path], "switch_start clears the pin"
-    network.datapaths[middle].send_all(pins.switch_start(middle))
+    network.send_intents({middle: pins.switch_start(middle)})
     assert paths(network, path[0], path[-1]) == [path]
     assert pins.switch_start("s999") == []
 
@@ -198,7 +217,7 @@ def test_parallel_links_pin_the_fast_lane_also_from_json():
     dst = next(h for h in fabric.hosts if fabric.host_port(h)[0] == b)
     for version in (fabric, Fabric.from_json(fabric.to_json())):
         batch = PinTable(version).pin("p", [src, a, b, dst])
-        assert batch[a][0].instructions[0].actions[0].port == pa
+        assert batch[a][0].port == pa
         expander = min(d["ports"][a] for d in fabric.graph[a][b].values()
                        if d["lane"] == "expander")
         assert expander != pa
@@ -270,9 +289,7 @@ def test_one_pin_per_id_and_per_host_pair(rail):
 # ---------------------------------------------------------------- through the service
 def test_pin_and_unpin_as_control_ops_of_the_service(rail):
     fabric, _, path = rail
-    service = FabricService(fabric)
-    network = FakeNetwork(fabric, on_barrier=service.barrier_replied)
-    network.connect(service)
+    service, network = openflow_service(fabric)
     assert service.status()["ready"]
     before = paths(network, path[0], path[-1])
     reply = service.handle({"op": "pin", "id": "r1-r0", "path": path})
@@ -284,7 +301,7 @@ def test_pin_and_unpin_as_control_ops_of_the_service(rail):
         service.handle({"op": "unpin", "pin": "r1-r0"})
     assert service.handle({"op": "unpin", "id": "r1-r0"})["switches"] == sorted(path[1:-1])
     assert paths(network, path[0], path[-1]) == before
-    assert not service.errors
+    assert not service.status()["errors"]
     sent = [msg for _, msg in network.journal if isinstance(msg, parser.OFPFlowMod)
             and msg.priority == ofmsg.PRIORITY_PIN]
     assert len(sent) == 2 * len(path[1:-1])
@@ -307,9 +324,7 @@ def test_rail_fabric_destination_routes_keep_off_the_fast_lanes():
 
 def test_a_link_failure_drops_the_pins_across_it_and_their_owner_may_still_unpin(rail):
     fabric, _, path = rail
-    service = FabricService(fabric)
-    network = FakeNetwork(fabric, on_barrier=service.barrier_replied)
-    network.connect(service)
+    service, network = openflow_service(fabric)
     service.handle({"op": "pin", "id": "kv-1", "path": path})
     assert paths(network, path[0], path[-1]) == [path]
     reply = service.do_link(path[1], path[2], up=False)

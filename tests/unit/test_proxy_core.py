@@ -4,14 +4,15 @@ and two iterations driven end to end through a FabricService on fake datapaths."
 import pytest
 from fakes import FakeNetwork, assert_delivered
 
+from controllers.openflow.applier import OpenFlowApplier
 from controllers.proxy_core import ControlProxy
 from controllers.rfabric_templates import KIND_TEMPLATE, RFabricTemplates
 from controllers.service import FabricService
-from emu.scale import Scale
 from topologies import registry, rfabric
 from topologies.fabric import FabricError
 from traffic.phases import build_phases
 from traffic.ranks import Parallelism
+from traffic.scale import Scale
 from traffic.workload import ComputeTimes, Model, RLConfig, build_iteration
 
 SPEC = "rfabric,pods=3,train_pods=2"          # 2 Train PoDs, 1 Gen PoD, 2 ToRs each, c=2
@@ -280,9 +281,10 @@ def realised(table, radix):
 
 def test_two_iterations_through_a_fabric_service_on_fake_datapaths():
     fab = registry.build(E2E_SPEC)
-    service = FabricService(fab, tdf=1.0)
-    network = FakeNetwork(fab, on_barrier=service.barrier_replied)
-    network.connect(service)
+    applier = OpenFlowApplier(fab)
+    service = FabricService(fab, applier, tdf=1.0)
+    network = FakeNetwork(fab, on_barrier=applier.barrier_replied)
+    network.connect(applier, service)
     assert service.status()["ready"]
     sched = rl_phases(fab)
     assert sched.names() == ["train-pp", "response", "train-dp", "weight-sync"]
@@ -346,4 +348,4 @@ def test_two_iterations_through_a_fabric_service_on_fake_datapaths():
     summary = proxy.summary()
     assert summary[1]["exposed_s"] == pytest.approx(4 * 0.01), "2 phases x 2 planes x 10 ms"
     assert summary[2]["exposed_s"] == 0.0 < summary[2]["hidden_s"]
-    assert not proxy.warnings and not service.errors
+    assert not proxy.warnings and not service.status()["errors"]

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from typing import List
 
 import pytest
-from fakes import FakeDatapath, FakeNetwork, assert_delivered
+from fakes import FakeDatapath, FakeNetwork, RecordingApplier, assert_delivered
 
-from controllers import ofmsg
-from controllers import service as service_module
-from controllers.compat import ofp, parser
+from controllers.intents import Lightpath, Reset, Route
+from controllers.openflow import applier as applier_module
+from controllers.openflow.applier import OpenFlowApplier, SwitchError
+from controllers.openflow.compat import ofp, parser
 from controllers.control import ControlClient, ControlError, ControlServer
 from controllers.reconfig import reconfigure
-from controllers.service import FabricService, SwitchError
+from controllers.service import FabricService
 from topologies import hybrid, registry
 from topologies.fabric import EPS, OCS, FabricError
 
@@ -36,22 +37,25 @@ class Bed:
     fabric: object
     service: FabricService
     network: FakeNetwork
+    applier: OpenFlowApplier
 
     @property
     def journal(self):
         return self.network.journal
 
 
-def connected(spec: str, **service_args) -> Bed:
-    """A FabricService with a fake datapath for every switch, barriers answered at once."""
+def connected(spec: str, dataplane_sync=None, **service_args) -> Bed:
+    """A FabricService over the OpenFlow applier, with a fake datapath for every
+    switch, barriers answered at once."""
     fabric = registry.build(spec)
-    service = FabricService(fabric, **service_args)
-    network = FakeNetwork(fabric, on_barrier=service.barrier_replied)
-    network.connect(service)
+    applier = OpenFlowApplier(fabric, dataplane_sync=dataplane_sync)
+    service = FabricService(fabric, applier, **service_args)
+    network = FakeNetwork(fabric, on_barrier=applier.barrier_replied)
+    network.connect(applier, service)
     status = service.status()
     assert status["ready"], f"every fake switch answered its barrier, yet: {status}"
     network.journal.clear()
-    return Bed(fabric, service, network)
+    return Bed(fabric, service, network, applier)
 
 
 @pytest.fixture
@@ -143,7 +147,8 @@ def test_lighting_starts_early_by_half_the_measured_round_never_more_than_the_de
 
 
 def test_light_lead_is_half_the_median_of_recent_rounds_that_lit_circuits():
-    svc = FabricService(registry.build("hybrid"))
+    fabric = registry.build("hybrid")
+    svc = FabricService(fabric, RecordingApplier(fabric))
     history = svc.ocs["o1"].history
     assert svc.light_lead_s() == 0.0
     for latency in (0.009, 0.001, 0.005):
@@ -155,7 +160,7 @@ def test_light_lead_is_half_the_median_of_recent_rounds_that_lit_circuits():
 def test_reconfigure_core_with_injected_clock_and_lead():
     """reconfigure() itself: rounds, syncs, and the wait from the middle of the tear round."""
     fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
-    svc = FabricService(fabric, tdf=2.0)
+    svc = FabricService(fabric, RecordingApplier(fabric), tdf=2.0)
     core = svc.ocs["o1"]
     core.set_technology("custom", 3.0)
     events, ticks = [], iter(range(100))
@@ -283,12 +288,12 @@ def test_dataplane_sync_follows_the_tear_and_the_light():
 def test_reconnected_ocs_gets_the_current_circuits(ring3):
     custom(ring3, ring_reverse(ring3), delay_ms=0.0)
     old = ring3.network.datapaths["o1"]
-    ring3.service.switch_disconnected(old)
+    ring3.applier.switch_disconnected(old)
     assert "o1" in ring3.service.status()["missing"]
-    fresh = FakeDatapath(old.id, "o1", ring3.service.barrier_replied)
+    fresh = FakeDatapath(old.id, "o1", ring3.applier.barrier_replied)
     ring3.network.datapaths["o1"] = fresh
-    ring3.service.switch_connected(fresh)
-    ring3.service.barrier_replied(fresh, fresh.sent[-1].xid)
+    ring3.applier.switch_connected(fresh, ring3.service.start("o1"))
+    ring3.applier.barrier_replied(fresh, fresh.sent[-1].xid)
     assert ring3.service.status()["ready"]
     for src, dst in remote_pairs(ring3.fabric):
         assert_delivered(ring3.network, src, dst)
@@ -357,18 +362,18 @@ def test_presets_through_the_service(ring3):
 def test_switch_error_during_apply_raises(ring3):
     def reject_flow_mods(datapath, msg):
         if isinstance(msg, parser.OFPFlowMod):
-            ring3.service.error_received(datapath, "OFPErrorMsg type=5 code=0")
+            ring3.applier.error_received(datapath, "OFPErrorMsg type=5 code=0")
 
     ring3.network.datapaths["o1"].on_message = reject_flow_mods
     with pytest.raises(SwitchError, match=r"switch errors: dpid 1: OFPErrorMsg type=5 code=0"):
-        ring3.service.apply({"o1": ofmsg.circuit(1, 2)})
+        ring3.service.apply({"o1": [Lightpath("o1", 1, 2, lit=True)]})
     with pytest.raises(SwitchError, match="OFPErrorMsg"):
         custom(ring3, ring_reverse(ring3), delay_ms=0.0)
     assert not ring3.service.status()["ready"]
 
 
 def test_switch_that_never_answers_the_barrier_times_out(ring3, monkeypatch):
-    monkeypatch.setattr(service_module, "BARRIER_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(applier_module, "BARRIER_TIMEOUT_S", 0.05)
     ring3.network.datapaths["s2"].on_barrier = None
     started = time.monotonic()
     with pytest.raises(SwitchError, match=r"s2 did not answer a barrier within 0\.05 s"):
@@ -377,7 +382,7 @@ def test_switch_that_never_answers_the_barrier_times_out(ring3, monkeypatch):
 
 
 def test_apply_to_a_disconnected_switch_raises(ring3):
-    ring3.service.switch_disconnected(ring3.network.datapaths["s3"])
+    ring3.applier.switch_disconnected(ring3.network.datapaths["s3"])
     with pytest.raises(SwitchError, match="s3 is not connected"):
         ring3.service.apply({"s3": []})
 
@@ -421,14 +426,15 @@ def test_link_that_does_not_exist_is_refused(ring3):
 
 def test_status_lists_missing_switches_until_all_answered():
     fabric = registry.build("hybrid")
-    svc = FabricService(fabric)
+    applier = OpenFlowApplier(fabric)
+    svc = FabricService(fabric, applier)
     assert svc.status()["missing"] == sorted(fabric.switches)
     network = FakeNetwork(fabric)           # no automatic barrier replies
-    for datapath in network.datapaths.values():
-        svc.switch_connected(datapath)
+    for name, datapath in network.datapaths.items():
+        applier.switch_connected(datapath, svc.start(name))
     assert not svc.status()["ready"]
     for datapath in network.datapaths.values():
-        svc.barrier_replied(datapath, datapath.sent[-1].xid)
+        applier.barrier_replied(datapath, datapath.sent[-1].xid)
     assert svc.status()["ready"] and svc.status()["missing"] == []
     assert {fabric.kind(n) for n in svc.status()["ready_switches"]} == {EPS, OCS}
 
@@ -442,17 +448,17 @@ def test_port_status_down_reroutes_once_and_up_restores():
     far = fabric.hosts[-1]
     datapaths = bed.network.datapaths
 
-    reply = svc.port_changed(datapaths[edge], port_edge, up=False)
+    reply = svc.port_changed(edge, port_edge, up=False)
     assert reply is not None and edge in reply["changed_switches"]
-    assert svc.port_changed(datapaths[agg], port_agg, up=False) is None, \
+    assert svc.port_changed(agg, port_agg, up=False) is None, \
         "the far end's report of the same link must not reroute again"
     assert svc.state()["down_links"] == [sorted((edge, agg))]
     assert len(assert_delivered(bed.network, "h1", far).delivered) == 2
 
-    assert svc.port_changed(datapaths[agg], port_agg, up=True) is None, \
+    assert svc.port_changed(agg, port_agg, up=True) is None, \
         "one end back up while the other still reports down: the link stays down"
     assert svc.state()["down_links"] == [sorted((edge, agg))]
-    assert svc.port_changed(datapaths[edge], port_edge, up=True) is not None
+    assert svc.port_changed(edge, port_edge, up=True) is not None
     assert svc.state()["down_links"] == []
     assert len(assert_delivered(bed.network, "h1", far).delivered) == 4
 
@@ -460,7 +466,7 @@ def test_port_status_down_reroutes_once_and_up_restores():
 def test_port_status_of_an_unwired_port_is_ignored():
     bed = connected("fattree,k=4")
     local_port = 0xfffffffe
-    assert bed.service.port_changed(bed.network.datapaths["s7"], local_port, up=False) is None
+    assert bed.service.port_changed("s7", local_port, up=False) is None
     assert bed.service.state()["down_links"] == []
 
 
@@ -470,11 +476,45 @@ def test_a_link_failed_by_hand_stays_down_when_its_ports_report_up():
     edge, agg = "s7", "s5"
     port_edge = bed.fabric.graph.edges[edge, agg, 0]["ports"][edge]
     svc.do_link(edge, agg, up=False)
-    assert svc.port_changed(datapaths[edge], port_edge, up=True) is None
+    assert svc.port_changed(edge, port_edge, up=True) is None
     assert svc.state()["down_links"] == [sorted((edge, agg))]
     # Ports down, then the manual failure lifted: still down until the ports come up.
-    svc.port_changed(datapaths[edge], port_edge, up=False)
+    svc.port_changed(edge, port_edge, up=False)
     svc.do_link(edge, agg, up=True)
     assert svc.state()["down_links"] == [sorted((edge, agg))]
-    svc.port_changed(datapaths[edge], port_edge, up=True)
+    svc.port_changed(edge, port_edge, up=True)
     assert svc.state()["down_links"] == []
+
+
+# ---------------------------------------------------------------- intents, whatever the data plane
+def test_a_reconfiguration_hands_its_applier_four_rounds_of_intents():
+    """Data-plane neutral: the same sequence any applier would be given."""
+    fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
+    applier = RecordingApplier(fabric)
+    svc = FabricService(fabric, applier)
+    svc.do_reconfigure("o1", PARTIAL, technology="custom", delay_ms=0.0)
+    moved, torn, lit, restored = applier.batches
+    assert all(isinstance(i, Route) for intents in moved.values() for i in intents)
+    assert torn["o1"] == [Lightpath("o1", 1, 8, False), Lightpath("o1", 6, 7, False)], \
+        "the tear names the circuits that go, dark"
+    assert all(isinstance(i, Route) for s, intents in torn.items() if s != "o1" for i in intents)
+    assert list(torn)[0] == "o1", "the tear goes out before the repoint"
+    assert lit == {"o1": [Lightpath("o1", 1, 7, True), Lightpath("o1", 6, 8, True)]}
+    assert all(isinstance(i, Route) for intents in restored.values() for i in intents)
+    assert applier.syncs == 2, "the data plane is confirmed after the tear and after the light"
+
+
+def test_link_and_pin_ops_hand_their_applier_routes_and_pin_hops():
+    fabric = registry.build("fattree,k=4")
+    applier = RecordingApplier(fabric)
+    svc = FabricService(fabric, applier)
+    svc.do_link("s7", "s5", up=False)
+    (batch,) = applier.batches
+    assert {"s7", "s5"} <= set(batch)
+    assert all(isinstance(i, Route) for intents in batch.values() for i in intents)
+    s7_routes = {r.dst: r.ports for r in batch["s7"]}
+    port = fabric.graph.edges["s7", "s5", 0]["ports"]["s7"]
+    assert all(port not in ports for ports in s7_routes.values()), \
+        "no route of s7 leaves by the failed link"
+    assert svc.start("s1") == [Reset("s1")] + svc.eps.switch_start("s1"), \
+        "a switch that connects is reset, then given its routes"

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import networkx as nx
 import pytest
 
-from emu import state
+from emu.live import state
 from traffic.flows import Flow, FlowDag
-from traffic.replay import Replayer
+from emu.live.replay import Replayer
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
 REPO = Path(__file__).resolve().parents[2]

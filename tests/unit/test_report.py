@@ -194,7 +194,7 @@ def test_metric_units():
 
 def test_notes_are_prose_after_the_figures_not_a_metric():
     from emu import report
-    from emu.scale import Scale
+    from traffic.scale import Scale
 
     result = {"metrics": {"x_s": 1.0, "notes": ["why x is what it is", "and y"]}}
     scale = Scale.from_rates(100, 10)

@@ -11,12 +11,13 @@ import pytest
 from controllers.proxy_core import ControlProxy
 from emu import scenario as scenarios
 from emu.experiments import rfabric as rf
-from emu.scale import Scale
+from emu.experiments.base import Network
+from traffic.scale import Scale
 from emu.schema import ScenarioError
-from emu.testbeds import combine_cpu
+from emu.live.cpu import combine_cpu
 from topologies import registry
-from traffic.replay import FlowResult
-from traffic.rlreplay import IterationRunner, PortAllocator, ready_time
+from emu.live.replay import FlowResult
+from emu.live.rlreplay import IterationRunner, PortAllocator, ready_time
 
 SCALE = Scale.from_rates(400, 10, tdf=100)
 
@@ -54,7 +55,7 @@ def test_check_names_the_key_and_the_allowed_values():
     with pytest.raises(ScenarioError, match="must be an rfabric spec"):
         scenarios.load("rfabric", ["fabric.spec=fattree,k=4"])
     loaded = scenarios.load("rfabric", ["rfabric.preset=piezo", "rfabric.fabrics=clos,rfabric"])
-    assert loaded.section["preset"] == "piezo" and loaded.experiment.OWNS_TESTBEDS
+    assert loaded.section["preset"] == "piezo" and loaded.experiment.network is Network.SERIES
 
 
 def test_the_workload_has_the_same_phases_on_every_fabric():
@@ -104,6 +105,20 @@ class FakeControl:
                                    "routes_restored": lit}, "dark_s": lit - torn}
 
 
+class FakeBed:
+    """What the runner uses of a Testbed: ``reconfigure`` through the fake controller,
+    then the runner's copy of the fabric takes the circuits (as Testbed.reconfigure)."""
+
+    def __init__(self, fabric, control):
+        self.fabric, self.control = fabric, control
+
+    def reconfigure(self, ocs, circuits, timeout_s=60.0, **args):
+        reply = self.control.call("reconfigure", timeout=timeout_s, ocs=ocs, circuits=circuits,
+                                  **args)
+        self.fabric.set_circuits(ocs, circuits)
+        return reply
+
+
 class FakeReplayer:
     """Each flow takes its ideal time at 1 Gbit/s/1000 (fast), all at once."""
 
@@ -123,8 +138,7 @@ def fake_run(mode, delay_s=0.05, iterations=2):
     fabric = registry.build("rfabric")
     cfg = rf.workload(settings(train_s=0.003, gen_s=0.0025, optimizer_s=0.0015))
     sched = rf.schedule_for(cfg, fabric.hosts, Scale.from_rates(400, 10, tdf=100), 2)
-    bed = SimpleNamespace(fabric=fabric, control=FakeControl(delay_s),
-                          refresh_host_routes=lambda: None)
+    bed = FakeBed(fabric, FakeControl(delay_s))
     proxy = ControlProxy(fabric, mode=mode, tdf=delay_s / 0.010)     # mems: 10 ms real
     runner = IterationRunner(bed, sched, "/tmp/unused", 10.0, optimizer_s=0.15, proxy=proxy,
                              log=lambda m: None, replayer=FakeReplayer)

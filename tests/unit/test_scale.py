@@ -1,10 +1,10 @@
-"""Tests for emu.scale: real <-> emulated units."""
+"""Tests for traffic.scale: real <-> emulated units."""
 
 import math
 
 import pytest
 
-from emu.scale import Scale, format_both, format_quantity
+from traffic.scale import Scale, format_both, format_quantity
 
 
 def test_default_scale_is_identity():

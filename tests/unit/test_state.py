@@ -1,6 +1,6 @@
 """The run lock and the record of owned processes, in a private run directory.
 
-Nothing here touches /run/fabric-emu, Open vSwitch or network links: emu.state
+Nothing here touches /run/fabric-emu, Open vSwitch or network links: emu.live.state
 is pointed at tmp_path, and clean() (which deletes bridges) is never called.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from emu import state
+from emu.live import state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,7 +74,7 @@ def test_lock_held_by_another_process(run_dir):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import sys
-            from emu import state
+            from emu.live import state
             lock = state.RunLock(state.LOCK_PATH).acquire("ocs-reconfig in another process")
             print("locked", flush=True)
             sys.stdin.readline()
@@ -102,7 +102,7 @@ def test_lock_held_by_another_process(run_dir):
 
 def test_lock_is_released_when_the_holder_dies(run_dir):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "from emu import state\n"
+        [sys.executable, "-c", "from emu.live import state\n"
                                "state.RunLock(state.LOCK_PATH).acquire('doomed')\n"
                                "print('locked', flush=True)\nimport time; time.sleep(60)"],
         cwd=REPO, stdout=subprocess.PIPE, text=True,

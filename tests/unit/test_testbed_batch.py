@@ -2,7 +2,7 @@
 
 import pytest
 
-from emu import testbed
+from emu.live import testbed
 
 
 class FakeNode:

@@ -1,7 +1,10 @@
-"""The os-ken (or Ryu) application: thin shims over ``FabricService``.
+"""The os-ken (or Ryu) application: thin shims over the service and the applier.
 
-Each handler finds the service, calls one method and returns.  Handlers are
-wrapped by ``fail_loudly``: os-ken would log an exception and carry on with a
+Each handler finds the object it concerns, calls one method and returns: a
+switch that connects is given the service's start intents through the
+OpenFlow applier; barrier, error and port-stats replies go to the applier;
+a port status goes to the service, which reroutes.  Handlers are wrapped by
+``fail_loudly``: os-ken would log an exception and carry on with a
 half-programmed fabric, so instead the controller process exits and the
 runner stops the run with the controller's log.
 """
@@ -16,10 +19,11 @@ import sys
 import threading
 import traceback
 
-from controllers.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp, ofp_event,
-                                set_ev_cls)
 from controllers.control import ControlServer
-from controllers.dataplane_sync import Unixctl, flush_datapath, vswitchd_ctl_path
+from controllers.openflow.applier import OpenFlowApplier
+from controllers.openflow.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp,
+                                         ofp_event, set_ev_cls)
+from controllers.openflow.ovs_sync import Unixctl, flush_datapath, vswitchd_ctl_path
 from controllers.service import FabricService
 from topologies.fabric import Fabric
 
@@ -60,9 +64,9 @@ class FabricController(BaseApp):
             path = vswitchd_ctl_path()
             if path is None:
                 raise RuntimeError("--dataplane-sync: no ovs-vswitchd control socket found")
-            unixctl = Unixctl(path)
-            sync = functools.partial(flush_datapath, unixctl)
-        self.service = FabricService(fabric, tdf=LaunchSettings.tdf, dataplane_sync=sync)
+            sync = functools.partial(flush_datapath, Unixctl(path))
+        self.applier = OpenFlowApplier(fabric, dataplane_sync=sync)
+        self.service = FabricService(fabric, self.applier, tdf=LaunchSettings.tdf)
         self.control = ControlServer(LaunchSettings.socket_path, self.service.handle)
         self.control.start()
         self.port_events: "queue.Queue" = queue.Queue()
@@ -76,19 +80,28 @@ class FabricController(BaseApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     @fail_loudly
     def switch_features(self, ev):
-        self.service.switch_connected(ev.msg.datapath)
+        datapath = ev.msg.datapath
+        self.applier.switch_connected(datapath,
+                                      self.service.start(self.applier.name_of(datapath)))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     @fail_loudly
     def barrier_reply(self, ev):
-        self.service.barrier_replied(ev.msg.datapath, ev.msg.xid)
+        self.applier.barrier_replied(ev.msg.datapath, ev.msg.xid)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     @fail_loudly
     def error_msg(self, ev):
         msg = ev.msg
-        self.service.error_received(msg.datapath, f"OFPErrorMsg type={msg.type} code={msg.code} "
-                                                  f"xid={msg.xid}")
+        self.applier.error_received(msg.datapath, f"OFPErrorMsg type={msg.type} "
+                                                  f"code={msg.code} xid={msg.xid}")
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    @fail_loudly
+    def port_stats_reply(self, ev):
+        msg = ev.msg
+        self.applier.port_stats_replied(msg.datapath, msg.xid, msg.body,
+                                        bool(msg.flags & ofp.OFPMPF_REPLY_MORE))
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     @fail_loudly
@@ -102,13 +115,13 @@ class FabricController(BaseApp):
         # Rerouting waits for barrier replies, which reach this same event
         # loop, so it runs on a worker thread; one worker keeps the reports
         # in the order the switches sent them.
-        self.port_events.put((msg.datapath, desc.port_no, up))
+        self.port_events.put((self.applier.name_of(msg.datapath), desc.port_no, up))
 
     def _port_worker(self) -> None:
         while True:
-            datapath, port_no, up = self.port_events.get()
+            switch, port_no, up = self.port_events.get()
             try:
-                self.service.port_changed(datapath, port_no, up)
+                self.service.port_changed(switch, port_no, up)
             except Exception:  # as fail_loudly: never leave a half-rerouted fabric
                 traceback.print_exc()
                 LOG.critical("rerouting after a port status failed; controller exits")
@@ -118,4 +131,4 @@ class FabricController(BaseApp):
     @set_ev_cls(ofp_event.EventOFPStateChange, ["dead"])
     @fail_loudly
     def state_change(self, ev):
-        self.service.switch_disconnected(ev.datapath)
+        self.applier.switch_disconnected(ev.datapath)

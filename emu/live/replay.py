@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from emu import state
+from emu.live import state
 from traffic.flows import Flow, FlowDag
-from traffic.iperf_worker import SERVER_READY, ClientSpec, server_command
+from emu.live.iperf_worker import SERVER_READY, ClientSpec, server_command
 
 BASE_PORT = 5201
 MIN_FLOW_TIMEOUT_S = 30.0
@@ -71,11 +71,11 @@ class FlowResult:
 
 
 class HostAgent:
-    """The ``traffic.host_agent`` process of one host, and its event stream."""
+    """The ``emu.live.host_agent`` process of one host, and its event stream."""
 
     def __init__(self, bed, host: str, results_dir: Path, events: "queue.Queue"):
         self.host = host
-        self.proc = bed.popen(host, [sys.executable, "-m", "traffic.host_agent", "--results",
+        self.proc = bed.popen(host, [sys.executable, "-m", "emu.live.host_agent", "--results",
                                      str(results_dir)], f"host agent {host}",
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
@@ -381,7 +381,7 @@ class Stream:
         if not listening.wait(AGENT_START_TIMEOUT_S):
             reap(self.server)
             raise RuntimeError(f"iperf3 server for {name} on {dst} did not start listening")
-        args = [sys.executable, "-m", "traffic.iperf_worker", "--dst", ip, "--port", str(port),
+        args = [sys.executable, "-m", "emu.live.iperf_worker", "--dst", ip, "--port", str(port),
                 "--duration", str(max(1, int(round(duration_s))))]
         if udp:
             args.append("--udp")

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from emu import state
-from emu.waiting import wait_until
+from emu.live import state
+from emu.live.waiting import wait_until
 
 SNAPLEN = 128
 SAFE_FILTER = re.compile(r"^[A-Za-z0-9 .:=<>!&|()\[\]-]*$")
@@ -110,7 +110,7 @@ class FabricCapture(Capture):
     Mininet leaves the switches, and so the switch end of every link, in
     the root namespace: one ``tcpdump -i any -y LINUX_SLL2`` there sees
     each packet at each hop, with the interface index and direction that
-    `traffic.linkload` turns into per-link loads.  Start it once the
+    `traffic.measure.linkload` turns into per-link loads.  Start it once the
     network is up: it records index -> name of this namespace's interfaces
     next to the capture (``<name>.ifmap.json``), refuses to start if a
     switch port of the fabric is missing, and by default filters in the
@@ -134,7 +134,7 @@ class FabricCapture(Capture):
 
     def start(self, directory: Path, timeout_s: float = 10.0) -> "FabricCapture":
         # Imported here: capture.py serves hosts' captures without a fabric.
-        from traffic import linkload
+        from traffic.measure import linkload
 
         if not SAFE_NAME.match(self.name):
             raise CaptureError(f"capture name {self.name!r} may hold only letters, "
@@ -169,7 +169,7 @@ class FabricCapture(Capture):
 
     def stop(self) -> Path:
         """Stop tcpdump and add its packet counts to the interface map."""
-        from traffic import linkload
+        from traffic.measure import linkload
 
         was_running = self._proc is not None and self._proc.poll() is None
         super().stop()

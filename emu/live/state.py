@@ -16,14 +16,14 @@ import signal
 import subprocess
 from typing import List, Optional
 
-from emu.waiting import WaitTimeout, wait_until
+from emu.live.waiting import WaitTimeout, wait_until
+from topologies.naming import SWITCH_PREFIX
 
 RUN_DIR = os.environ.get("FABRIC_EMU_RUN_DIR", "/run/fabric-emu")
 LOCK_PATH = os.path.join(RUN_DIR, "lock")
 OWNED_PATH = os.path.join(RUN_DIR, "owned.jsonl")
-SWITCH_PREFIX = "fe"
-BRIDGE_RE = re.compile(r"^fe[so]\d+$")
-PORT_RE = re.compile(r"^fe[so]\d+-eth\d+$")
+BRIDGE_RE = re.compile(rf"^{SWITCH_PREFIX}[so]\d+$")
+PORT_RE = re.compile(rf"^{SWITCH_PREFIX}[so]\d+-eth\d+$")
 
 
 class AlreadyRunning(RuntimeError):

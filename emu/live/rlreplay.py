@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from emu import hostroutes
-from traffic.replay import BASE_PORT, FlowResult, Replayer
+from emu.live.replay import BASE_PORT, FlowResult, Replayer
 
 RECONFIG_TIMEOUT_S = 120.0
 MAX_PORT = 65000
@@ -99,15 +98,15 @@ class ControlWorker:
         return future
 
     def _send(self, request: dict, record) -> Reply:
-        args = {k: v for k, v in request.items() if k != "op"}
+        args = {k: v for k, v in request.items() if k not in ("op", "ocs", "circuits")}
+        if request["op"] != "reconfigure":
+            raise ValueError(f"the control worker sends reconfigurations, not {request['op']!r}")
         try:
-            answer = self.bed.control.call(request["op"], timeout=RECONFIG_TIMEOUT_S, **args)
+            answer = self.bed.reconfigure(request["ocs"], request["circuits"],
+                                          timeout_s=RECONFIG_TIMEOUT_S, **args)
         except Exception as exc:
             self.errors.append(f"{request['op']} {request['ocs']}: {exc}")
             raise
-        self.bed.fabric.set_circuits(request["ocs"], [tuple(c) for c in request["circuits"]])
-        if hostroutes.needs_host_routes(self.bed.fabric):
-            self.bed.refresh_host_routes()
         reply = Reply(request["ocs"], request, answer["timestamps"], answer["dark_s"])
         self.replies.append(reply)
         self.on_done(reply, record)

@@ -4,7 +4,7 @@ Mininet puts each host in its own network namespace but leaves the switches
 in the root one, so every switch port (``fes1-eth3``: the Mininet switch
 name, ``-eth``, the fabric port number) is visible there, and a single
 ``tcpdump -i any -y LINUX_SLL2`` sees every packet at every switch port
-(`traffic.capture.FabricCapture` takes it).  The Linux cooked v2 header
+(`emu.live.capture.FabricCapture` takes it).  The Linux cooked v2 header
 (www.tcpdump.org/linktypes/LINKTYPE_LINUX_SLL2.html, 20 bytes) records for
 each packet the interface index and the direction::
 
@@ -29,7 +29,7 @@ kernel, halving what tcpdump has to write; the analysis skips them anyway,
 so a capture taken with a plain ``tcp`` filter gives the same loads.
 
 Bytes are Ethernet frames (header + payload, no preamble, gap or FCS), like
-`traffic.pcap`: the capture's wire length counts the 20-byte cooked header
+`traffic.measure.pcap`: the capture's wire length counts the 20-byte cooked header
 in place of the 14-byte Ethernet header, so 6 bytes come off each frame of
 an Ethernet (ARPHRD 1) interface.  That is also what the links' HTB shaper
 counts, so utilisation compares like with like.
@@ -41,7 +41,7 @@ fabric with OCS the loads are per fibre (``o1-s1`` and ``o1-s2``), not per
 logical circuit (``s1-s2``) as `emu.experiments.base.path_links` names it.
 
 The packets are read with scapy's RawPcapReader and only the cooked header
-is unpacked, as in `traffic.pcap`.  The mapping from interface index to name
+is unpacked, as in `traffic.measure.pcap`.  The mapping from interface index to name
 comes from the live system when the capture starts (`save_interface_map`,
 `load_interface_map`), so a capture can be analysed later, elsewhere.
 """
@@ -63,9 +63,9 @@ from scapy.error import Scapy_Exception
 from scapy.utils import RawPcapReader
 
 from topologies.fabric import HOST, Fabric
-from topologies.mininet_topo import SWITCH_PREFIX, link_mbps, mininet_name
+from topologies.naming import SWITCH_PREFIX, interface, link_mbps
 from traffic.kvflows import link_id
-from traffic.pcap import LINKTYPE_LINUX_SLL2, _timestamp_and_linktype
+from traffic.measure.pcap import LINKTYPE_LINUX_SLL2, _timestamp_and_linktype
 
 SLL2_HEADER = 20
 ETHERNET_HEADER = 14
@@ -92,8 +92,7 @@ def interface_name(fabric: Fabric, node: str, port: int) -> str:
     if fabric.kind(node) == HOST:
         raise ValueError(f"{node} is a host: its interfaces live in its own "
                          "namespace, not in the root one")
-    # mininet.link.Link.intfName: node name + "-eth" + port number.
-    return f"{mininet_name(fabric, node)}-eth{port}"
+    return interface(fabric, node, port)
 
 
 @dataclass(frozen=True)
@@ -416,7 +415,7 @@ def analyse(pcap_path, interfaces: Union[Mapping[int, str], str, Path], fabric: 
     whole window, so a link busy for half of it shows half its busy rate.
     ``bin_s`` is the width of the time series' bins (None: no series); the
     peak bin is the busiest one, a last bin cut short by ``end`` counts as
-    full, as in `traffic.pcap.throughput_series`.
+    full, as in `traffic.measure.pcap.throughput_series`.
     """
     if bin_s is not None and (isinstance(bin_s, bool) or not isinstance(bin_s, (int, float))
                               or not math.isfinite(bin_s) or bin_s <= 0):

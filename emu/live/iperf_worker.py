@@ -3,7 +3,7 @@
 The wrapper drives libiperf in-process, and a process lives in one network
 namespace, so clients run in processes started in the Mininet host: either
 one per flow (this module's command line) or forked by a per-host agent
-(``traffic.host_agent``), which keeps Python start-up off the CPU budget.
+(``emu.live.host_agent``), which keeps Python start-up off the CPU budget.
 
 Two settings the wrapper does not expose are set through its own libiperf
 handle: the byte count (``-n``) and the pacing timer.  Interval reports are
@@ -15,7 +15,7 @@ measurement is the client's JSON (which carries the receiver's figures), and
 a C process per flow costs far less CPU than a Python one on a 2-core
 machine whose other core forwards every packet.
 
-    python -m traffic.iperf_worker --dst IP --port P (--bytes N | --duration S)
+    python -m emu.live.iperf_worker --dst IP --port P (--bytes N | --duration S)
            [--reverse] [--udp] [--rate-mbps R] [--blksize B] [--pacing-us U] [--wait-go]
     prints {"armed": true}; with --wait-go waits for a line on stdin; runs;
     prints {"start": epoch, "end": epoch, "result": <iperf3 JSON>}
@@ -109,7 +109,7 @@ def run_client(spec: ClientSpec) -> dict:
 
 
 def parse_args(argv) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m traffic.iperf_worker",
+    parser = argparse.ArgumentParser(prog="python -m emu.live.iperf_worker",
                                      description="one iperf3 client test, JSON on stdout")
     parser.add_argument("--dst", required=True, help="server address")
     parser.add_argument("--port", type=int, required=True)

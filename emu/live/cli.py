@@ -11,7 +11,7 @@ Every Mininet command works (``pingall``, ``h1 ping h2``, ``iperf``...), and:
     route SRC DST                the current shortest path(s)
     fail SWITCH | fail U V       a switch or a link goes down; the controller reroutes
     restore SWITCH | restore U V back up
-    load [SECONDS]               per-link rates from the OVS port counters
+    load [SECONDS]               per-link rates from the switches' port counters
     replay NAME ARGS             run a traffic pattern and print its result
                                  (allreduce, broadcast, kvburst, pairs, flow)
 
@@ -35,12 +35,11 @@ from mininet.cli import CLI
 
 from controllers.control import ControlError
 from controllers.ocs_core import TECHNOLOGIES
-from emu import hostroutes
 from topologies import routing
 from topologies.fabric import FabricError
 from traffic import collectives
 from traffic.flows import Flow, FlowDag, ring_allreduce
-from traffic.replay import Replayer
+from emu.live.replay import Replayer
 
 MB = 1_000_000
 PATTERNS = ("allreduce", "broadcast", "kvburst", "pairs", "flow")
@@ -121,13 +120,6 @@ class FabricCLI(CLI):
                              f"{self.fabric.hosts[0]}..{self.fabric.hosts[-1]}")
         return hosts
 
-    def _sync_circuits(self) -> None:
-        state = self.bed.control.call("state")
-        for ocs, circuits in state["circuits"].items():
-            self.fabric.set_circuits(ocs, circuits)
-        if hostroutes.needs_host_routes(self.fabric):
-            self.bed.refresh_host_routes()
-
     # ------------------------------------------------------------ ocs
     @_guarded
     def do_ocs(self, line):
@@ -148,9 +140,7 @@ class FabricCLI(CLI):
                 print(f"{ocs}: {tech['name']}{delay}, radix {radix}: {pairs}")
             return
         if words[0] == "set" and len(words) >= 2:
-            result = self.bed.control.call("reconfigure", ocs=words[1],
-                                           circuits=parse_circuits(words[2:]), timeout=600)
-            self._sync_circuits()
+            result = self.bed.reconfigure(words[1], parse_circuits(words[2:]), timeout_s=600)
             plan, stamps = result["plan"], result["timestamps"]
             print(f"{words[1]}: tore {len(plan['tear'])}, lit {len(plan['light'])}, kept "
                   f"{len(plan['keep'])} circuit(s); injected {plan['delay_emulated_ms']:.2f} ms, "
@@ -240,23 +230,15 @@ class FabricCLI(CLI):
 
     # ------------------------------------------------------------ load
     def _port_counters(self) -> Dict[Tuple[str, int], int]:
-        counters = {}
-        for switch in self.bed.net.switches:
-            out = switch.cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-ports {switch.name}")
-            port = None
-            for text in out.splitlines():
-                head = re.match(r"\s*port\s+(\d+|LOCAL):", text)
-                if head:
-                    port = None if head.group(1) == "LOCAL" else int(head.group(1))
-                tx = re.search(r"tx pkts=\d+, bytes=(\d+)", text)
-                if tx and port is not None:
-                    counters[(switch.name[2:], port)] = int(tx.group(1))
-        return counters
+        """Bytes sent so far by every switch port, from the controller's port counters."""
+        return {(switch, port): values["tx_bytes"]
+                for switch, ports in self.bed.counters().items()
+                for port, values in ports.items()}
 
     @_guarded
     def do_load(self, line):
         """load [SECONDS]   transmit rate of every busy switch port over SECONDS (default 1),
-                         from the OVS port counters, busiest first"""
+                         from the switches' port counters, busiest first"""
         seconds = float(line) if line.strip() else 1.0
         if not 0 < seconds <= 60:
             raise UsageError("SECONDS must be in (0, 60]")

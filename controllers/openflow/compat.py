@@ -1,4 +1,4 @@
-"""Import shim: the same apps run under os-ken (maintained) or classic Ryu.
+"""Import shim: the OpenFlow applier runs under os-ken (maintained) or classic Ryu.
 
 os-ken 4.x is the default (Ryu 4.34 does not install on Python 3.11).  Only
 the names the testbed uses are re-exported, so a missing one fails at import.

@@ -1,7 +1,7 @@
 """Mapping between real-world units and the emulated ones.
 
 The emulation machine forwards a few hundred Mbit/s in total, so a fabric of
-100-400 Gbit/s links is scaled down (see "Scale and time" in DESIGN.md):
+100-400 Gbit/s links is scaled down (see "Scale and time" in docs/architecture.md):
 
 * emulated bandwidth = real bandwidth x ``bw_factor``
 * emulated time      = real time      x ``tdf``  (time-dilation factor)

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Optional
 
-from emu.waiting import WaitTimeout, wait_until
+from emu.live.waiting import WaitTimeout, wait_until
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"

@@ -1,12 +1,31 @@
-"""Stateless OpenFlow 1.3 message builders (in the style of faucet's valve_of).
+"""Intents as OpenFlow 1.3 messages (in the style of faucet's valve_of).
 
-Every function returns parser objects with ``datapath=None``; the app shim
-binds the datapath just before sending.  Nothing here keeps state.
+The builders are stateless and return parser objects with ``datapath=None``;
+the applier binds the datapath just before sending.  `to_messages` is the
+whole translation from `controllers.intents` to messages:
+
+==============================  ================================================
+intent                          OpenFlow 1.3
+==============================  ================================================
+Reset (packet switch)           delete every flow and group; table miss drops
+Reset (OCS)                     delete every flow; table miss drops
+Route after a Reset             group ADD (the ECMP ports) + flow ipv4_dst -> group
+Route otherwise                 group MODIFY: one atomic message per reroute
+Lightpath lit / dark            in_port=a -> output:b and b -> a / strict deletes
+PinHop / UnpinHop               ipv4_src+ipv4_dst -> output at PRIORITY_PIN, cookie
+                                COOKIE_PIN | serial / strict delete by that cookie
+==============================  ================================================
+
+A route's group id is its destination host's index in the fabric, so a
+reroute names the same group the switch was given at start.
 """
 
-from typing import Iterable, List
+from __future__ import annotations
 
-from controllers.compat import ofp, parser
+from typing import Callable, Iterable, List, Sequence
+
+from controllers.intents import Intent, Lightpath, PinHop, Reset, Route, UnpinHop
+from controllers.openflow.compat import ofp, parser
 
 ETH_TYPE_IPV4 = 0x0800
 PRIORITY_ROUTE = 100
@@ -78,6 +97,10 @@ def route_to_group(ipv4_dst: str, group_id: int):
     return flow_add(match, [parser.OFPActionGroup(group_id)], PRIORITY_ROUTE, COOKIE_EPS)
 
 
+def pin_cookie(serial: int) -> int:
+    return COOKIE_PIN | serial
+
+
 def pin_match(ipv4_src: str, ipv4_dst: str):
     return parser.OFPMatch(eth_type=ETH_TYPE_IPV4, ipv4_src=ipv4_src, ipv4_dst=ipv4_dst)
 
@@ -120,3 +143,36 @@ def barrier():
 
 def port_stats_request(port_no: int = None):
     return parser.OFPPortStatsRequest(None, 0, ofp.OFPP_ANY if port_no is None else port_no)
+
+
+# ---------------------------------------------------------------- intents
+def to_messages(intents: Sequence[Intent], group_of: Callable[[str], int],
+                is_ocs: bool) -> List:
+    """One switch's intents as its messages, in order.
+
+    ``group_of(host)`` is the group id of a destination (its fabric index);
+    ``is_ocs`` says which reset the switch needs (an OCS holds no groups).
+    """
+    msgs: List = []
+    installing = False
+    for intent in intents:
+        if isinstance(intent, Reset):
+            msgs += [delete_all_flows()] + ([] if is_ocs else [delete_all_groups()])
+            msgs.append(drop_on_miss())
+            installing = True
+        elif isinstance(intent, Route):
+            group = group_of(intent.dst)
+            msgs.append(route_group(group, intent.ports, modify=not installing))
+            if installing:
+                msgs.append(route_to_group(intent.dst_ip, group))
+        elif isinstance(intent, Lightpath):
+            msgs += circuit(intent.a, intent.b) if intent.lit else \
+                circuit_delete(intent.a, intent.b)
+        elif isinstance(intent, PinHop):
+            msgs.append(pin_flow(intent.src_ip, intent.dst_ip, intent.port,
+                                 pin_cookie(intent.serial)))
+        elif isinstance(intent, UnpinHop):
+            msgs.append(pin_delete(intent.src_ip, intent.dst_ip, pin_cookie(intent.serial)))
+        else:
+            raise TypeError(f"not an intent: {intent!r}")
+    return msgs

@@ -6,14 +6,14 @@ where a fresh Python process per flow costs about a hundred: on a 2-core
 machine that CPU is taken from the datapath being measured.
 
 Protocol, JSON lines: stdin ``{"op": "arm", "id": ID, "spec": {...}}``
-(a ``traffic.iperf_worker.ClientSpec``), ``{"op": "go", "id": ID}``,
+(a ``emu.live.iperf_worker.ClientSpec``), ``{"op": "go", "id": ID}``,
 ``{"op": "cancel", "id": ID}`` (unarmed or running: the flow ends with no
 result), ``{"op": "quit"}``; stdout ``{"event": "ready"}``,
 ``{"event": "armed", "id": ID, "pid": PID}`` and
 ``{"event": "done", "id": ID, "path": FILE}``: the result JSON is written to
 ``RESULTS_DIR/ID.json`` by the child before it exits.
 
-    python -m traffic.host_agent --results DIR
+    python -m emu.live.host_agent --results DIR
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import signal
 import sys
 from typing import Dict
 
-from traffic.iperf_worker import ClientSpec, run_client
+from emu.live.iperf_worker import ClientSpec, run_client
 
 
 def _child(spec: ClientSpec, go_fd: int, path: str) -> None:
@@ -137,7 +137,7 @@ def _reap(children: Dict[int, str], results_dir: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m traffic.host_agent")
+    parser = argparse.ArgumentParser(prog="python -m emu.live.host_agent")
     parser.add_argument("--results", required=True, help="folder for per-flow result JSON")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(args.results, exist_ok=True)

@@ -16,6 +16,7 @@ SIGTERM), everything is stopped and removed in ``finally`` blocks.
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -23,14 +24,16 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Dict, List, Optional
 
 from controllers.control import ControlClient, ControlError
-from emu import hostroutes, ovs, state
-from emu.scale import Scale
-from emu.waiting import wait_until
+from emu.live import hostroutes, ovs, state
+from emu.live.waiting import wait_until
 from topologies.fabric import HOST, Fabric
+from topologies.naming import machine_name
+from traffic.scale import Scale
 
 CONTROLLER_START_TIMEOUT_S = 30.0
 SWITCHES_READY_TIMEOUT_S = 120.0
@@ -103,6 +106,30 @@ def free_loopback_port() -> int:
 class Datapath:
     info: ovs.OvsInfo
     netem: bool
+
+    @property
+    def processes(self) -> tuple:
+        """Processes whose CPU tells whether the data plane kept up."""
+        return ("ovs-vswitchd",)
+
+
+def versions(ovs_version: str = "") -> Dict[str, str]:
+    """Versions of what a run used: Python, the kernel, the pinned packages, OVS, iperf3."""
+    found = {"python": platform.python_version(), "kernel": platform.release()}
+    for package in ("os-ken", "mininet", "iperf3", "scapy", "networkx", "matplotlib"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    if ovs_version:
+        found["openvswitch"] = ovs_version
+    try:
+        found["iperf3 (binary/libiperf)"] = subprocess.run(
+            ["iperf3", "--version"], capture_output=True, text=True, timeout=5
+        ).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.TimeoutExpired):
+        found["iperf3 (binary/libiperf)"] = "not found"
+    return found
 
 
 class Testbed:
@@ -338,8 +365,6 @@ class Testbed:
         once the controller's state agrees with every link, in seconds from
         the first change (what the control plane took to notice).
         """
-        from topologies.mininet_topo import mininet_name
-
         wanted = set()
         for u, v in links:
             if not self.fabric.graph.has_edge(u, v):
@@ -347,8 +372,8 @@ class Testbed:
             wanted.add(tuple(sorted((u, v))))
         started = time.monotonic()
         for u, v in sorted(wanted):
-            self.net.configLinkStatus(mininet_name(self.fabric, u),
-                                      mininet_name(self.fabric, v), "up" if up else "down")
+            self.net.configLinkStatus(machine_name(self.fabric, u),
+                                      machine_name(self.fabric, v), "up" if up else "down")
 
         def agreed():
             self.check_controller()
@@ -374,6 +399,48 @@ class Testbed:
             raise TestbedError(f"{switch!r} is not a switch of {self.fabric.name}")
         return self.set_links({tuple(sorted((switch, peer)))
                                for peer in self.fabric.graph.neighbors(switch)}, up)
+
+    # ------------------------------------------------------------ circuits
+    def reconfigure(self, ocs: str, circuits, timeout_s: float = 60.0, **args) -> dict:
+        """Reconfigure one OCS through the controller (``technology``, ``delay_ms``
+        as the control channel's ``reconfigure`` op takes them), then bring the
+        runner's side up to date: its copy of the fabric gets the new circuits
+        and, where GPUs forward (SiP-OCS), the hosts' routes follow them.
+        Returns the controller's reply (the plan and each step's timestamp)."""
+        self.check_controller()
+        circuits = [list(c) for c in circuits]
+        result = self.control.call("reconfigure", ocs=ocs, circuits=circuits, timeout=timeout_s,
+                                   **args)
+        self.fabric.set_circuits(ocs, circuits)
+        if hostroutes.needs_host_routes(self.fabric):
+            self.refresh_host_routes()
+        return result
+
+    # ------------------------------------------------------------ records
+    def describe(self) -> dict:
+        """What ``result.json`` records of the data plane and the software."""
+        return {"datapath": self.datapath.info.datapath, "netem": self.datapath.netem,
+                "versions": versions(self.datapath.info.version)}
+
+    def dump_tables(self, directory: Path) -> None:
+        """Every switch's flow and group tables, for post-mortems (ovs-ofctl)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for switch in self.net.switches:
+            parts = []
+            for what in ("dump-flows", "dump-groups"):
+                out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, switch.name],
+                                     capture_output=True, text=True, timeout=30)
+                parts.append(f"# ovs-ofctl {what} {switch.name}\n{out.stdout}{out.stderr}")
+            (directory / f"{switch.name}.txt").write_text("\n".join(parts))
+
+    def counters(self) -> Dict[str, Dict[int, dict]]:
+        """Every switch's port counters, from the controller (OpenFlow port stats):
+        ``{switch: {port: {"tx_bytes": ..., "rx_bytes": ..., ...}}}``."""
+        self.check_controller()
+        reply = self.control.call("counters")
+        return {switch: {int(port): values for port, values in ports.items()}
+                for switch, ports in reply["switches"].items()}
 
     # ------------------------------------------------------------ helpers
     def host(self, name: str):

@@ -1,0 +1,134 @@
+"""Every testbed of a run, opened one at a time, sampled, dumped and checked the same way.
+
+Mininet is global state: only one `emu.live.testbed.Testbed` may exist at a
+time.  A run opens its testbeds through one `TestbedSeries`: the runner opens
+the scenario's one testbed itself (``Network.ONE``), and an experiment that
+compares fabrics opens one per fabric (``Network.SERIES``)::
+
+    for label, fabric in fabrics:
+        with ctx.testbeds.open(label, fabric, scale) as bed:
+            ...
+            ctx.testbeds.record_flows(flows)
+
+Around each testbed the series does what a run needs of it: it takes the run
+lock when the testbed is entered (the first is refused at once if another
+emulation holds it, exit code 3; a later one waits up to ``lock_wait_s``,
+since the run gave the lock up between fabrics), samples CPU while the
+experiment holds it (`emu.live.cpu`), dumps the switch tables at teardown,
+checks the controller and reads its log for tracebacks.  A labelled testbed
+writes ``controller.log`` and ``dumps/`` into ``<run>/<label>/``; the
+unlabelled one into the run folder itself.  The flows recorded per testbed
+feed the run's fidelity check (`emu.fidelity`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional
+
+from emu.live.cpu import CpuSampler, combine_cpu
+from emu.live.state import AlreadyRunning
+
+LOCK_POLL_S = 5.0
+
+
+@dataclass
+class Recorded:
+    """Flows measured on one testbed, with what is needed to check them."""
+
+    label: Optional[str]
+    fabric: object
+    scale: object
+    flows: list
+
+
+class TestbedSeries:
+    """Opens testbeds one at a time and keeps what ``result.json`` needs of them."""
+
+    __test__ = False
+
+    def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print):
+        self.run_dir = Path(run_dir)
+        self.description = description
+        self.log = log
+        self.info: Dict = {}                 # datapath, netem, versions (from the first)
+        self.build_s: Dict[Optional[str], float] = {}
+        self.cpu: Dict[Optional[str], dict] = {}     # label -> CpuSampler summary
+        self.warnings: List[str] = []
+        self.recorded: List[Recorded] = []
+        self._current: Optional[Recorded] = None
+
+    def _enter(self, make, lock_wait_s: float):
+        deadline = time.monotonic() + lock_wait_s
+        while True:
+            bed = make()
+            try:
+                return bed.__enter__()
+            except AlreadyRunning:
+                if not self.build_s or time.monotonic() >= deadline:
+                    raise
+                self.log(f"  another emulation took the lock between fabrics; waiting up to "
+                         f"{max(0.0, deadline - time.monotonic()):.0f} s")
+                time.sleep(LOCK_POLL_S)   # polling the lock: trying to take it is the check
+
+    @contextmanager
+    def open(self, label: Optional[str], fabric, scale, lock_wait_s: float = 0.0) -> Iterator:
+        """A Testbed for ``fabric`` in ``<run>/<label>/`` (the run folder when the
+        label is None); closed on leaving the block."""
+        from emu.live.testbed import Testbed
+
+        if self._current is not None:
+            raise RuntimeError(f"testbed {self._current.label!r} is still open: one at a time")
+        folder = self.run_dir if label is None else self.run_dir / label
+        tag = "" if label is None else f"{label}: "
+        description = self.description if label is None else f"{self.description} ({label})"
+        bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
+                                          description=description), lock_wait_s)
+        self._current = Recorded(label, fabric, scale, [])
+        try:
+            if not self.info:
+                self.info = bed.describe()
+            self.build_s[label] = round(bed.build_s, 3)
+            self.warnings += [tag + w for w in bed.warnings]
+            sampler = CpuSampler(bed.datapath.processes, interval_s=0.5).start()
+            try:
+                yield bed
+            finally:
+                self.cpu[label] = sampler.stop()
+                bed.dump_tables(folder / "dumps")
+            bed.check_controller()
+            if "Traceback" in bed.controller_log():
+                log = "controller.log" if label is None else f"{label}/controller.log"
+                self.warnings.append(f"{tag}the controller log holds a traceback: see {log}")
+        finally:
+            if self._current.flows:
+                self.recorded.append(self._current)
+            self._current = None
+            bed.__exit__(*sys.exc_info())
+
+    def record_flows(self, flows) -> None:
+        """Flows of the open testbed, for the run's fidelity check."""
+        if self._current is None:
+            raise RuntimeError("record_flows() outside open()")
+        self._current.flows.extend(flows)
+
+    def cpu_summary(self) -> Optional[dict]:
+        """The testbeds' CPU samples as one `CpuSampler` summary: means weighted
+        by sample count, maxima over all."""
+        return combine_cpu(list(self.cpu.values()))
+
+    def result_fields(self) -> dict:
+        """What ``result.json`` records of the testbeds: datapath, versions, build
+        times (one number for the run's single testbed, else per label) and the
+        CPU of each labelled testbed."""
+        fields = dict(self.info)
+        if list(self.build_s) == [None]:
+            fields["build_s"] = self.build_s[None]
+        elif self.build_s:
+            fields["build_s"] = dict(self.build_s)
+            fields["cpu_by_testbed"] = dict(self.cpu)
+        return fields

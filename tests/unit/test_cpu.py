@@ -1,0 +1,155 @@
+"""Tests for emu.live.cpu: CPU sampling with psutil, and summaries of several testbeds."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import psutil
+
+from emu.live.cpu import CpuSampler, CpuSnapshot, PsutilReader, cpu_sample
+
+
+class FakeReader:
+    """Counters set by the test: machine (busy s, total s, cores) and {pid: (name, cpu s)}."""
+
+    def __init__(self, busy_s=0.0, total_s=0.0, cores=2, processes=None):
+        self.set(busy_s, total_s, processes or {})
+        self.cores = cores
+
+    def set(self, busy_s, total_s, processes):
+        self.busy_s, self.total_s, self.processes = busy_s, total_s, dict(processes)
+
+    def machine(self):
+        return self.busy_s, self.total_s, self.cores
+
+    def process_cpu_s(self, pid):
+        if pid not in self.processes:
+            raise ProcessLookupError(pid)
+        return self.processes[pid][1]
+
+    def find_pids(self, name):
+        return sorted(pid for pid, (comm, _) in self.processes.items() if comm == name)
+
+
+def busy_for(seconds):
+    deadline = time.monotonic() + seconds
+    count = 0
+    while time.monotonic() < deadline:
+        count += 1
+    return count
+
+
+def test_psutil_reader_agrees_with_the_machine_and_this_process():
+    reader = PsutilReader()
+    busy_s, total_s, cores = reader.machine()
+    assert 0 < busy_s < total_s and cores == psutil.cpu_count()
+    mine = psutil.Process().cpu_times()
+    assert reader.process_cpu_s(os.getpid()) >= mine.user + mine.system - 0.05
+    assert os.getpid() in reader.find_pids(psutil.Process().name())
+    assert reader.find_pids("no-such-process-x") == []
+    with pytest.raises(ProcessLookupError):
+        reader.process_cpu_s(2 ** 22 + 1)            # above pid_max: never alive
+
+
+def test_cpu_sample_percentages():
+    before = CpuSnapshot(wall_s=10.0, machine_busy_s=5.0, machine_total_s=20.0,
+                         process_cpu_s={"ovs-vswitchd": {42: 1.0, 43: 2.0},
+                                        "gone": {7: 1.0}})
+    after = CpuSnapshot(wall_s=12.0, machine_busy_s=8.0, machine_total_s=24.0,
+                        process_cpu_s={"ovs-vswitchd": {42: 2.5, 44: 9.0},
+                                       "gone": {}})
+    sample = cpu_sample(before, after)
+    assert sample.duration_s == 2.0
+    assert sample.machine_pct == pytest.approx(75.0)      # 3 of 4 core-seconds
+    # Only pid 42 lived through both snapshots: 1.5 s of CPU in 2 s.
+    assert sample.process_pct_of_core["ovs-vswitchd"] == pytest.approx(75.0)
+    assert sample.process_pct_of_core["gone"] is None
+
+
+def test_sampler_finds_a_process_that_starts_late():
+    reader = FakeReader(busy_s=0.0, total_s=10.0)
+    sampler = CpuSampler(("ovs-vswitchd",), interval_s=60, reader=reader)
+    sampler.take_baseline()                 # sampled by hand, no thread
+    reader.set(5.0, 20.0, {42: ("ovs-vswitchd", 0.0)})
+    first = sampler.sample_now()
+    assert first.machine_pct == pytest.approx(50.0)
+    assert first.process_pct_of_core["ovs-vswitchd"] is None   # just appeared
+    reader.set(5.0, 20.0, {42: ("ovs-vswitchd", 1.0)})
+    second = sampler.sample_now()
+    assert second.machine_pct is None       # no CPU time elapsed: undefined
+    assert second.process_pct_of_core["ovs-vswitchd"] > 0
+    summary = sampler.summary()
+    assert summary["samples"] == 2 and summary["cores"] == 2
+    assert summary["machine_cpu_pct"] == {"mean": 50.0, "max": 50.0}
+    assert summary["processes"]["ovs-vswitchd"]["pids"] == [42]
+    assert summary["processes"]["ovs-vswitchd"]["found"]
+
+
+def test_sampler_charges_a_restarted_process_only_its_new_life():
+    reader = FakeReader(busy_s=0.0, total_s=10.0, processes={42: ("ovs-vswitchd", 5.0)})
+    sampler = CpuSampler(("ovs-vswitchd",), interval_s=60, reader=reader)
+    sampler.take_baseline()
+    reader.set(1.0, 20.0, {43: ("ovs-vswitchd", 100.0)})      # 42 exited, 43 started
+    assert sampler.sample_now().process_pct_of_core["ovs-vswitchd"] is None
+
+
+def test_sampler_measures_this_process_by_pid():
+    with CpuSampler(process_names=(), interval_s=0.05,
+                    pids={"pytest": os.getpid()}) as sampler:
+        busy_for(0.4)
+    summary = sampler.summary()
+    assert summary["samples"] >= 4
+    assert summary["interval_s"] == 0.05
+    assert summary["cores"] == os.cpu_count()
+    me = summary["processes"]["pytest"]
+    # A busy loop holds one core; leave room for a loaded test machine.
+    assert me["max_pct_of_core"] > 20
+    assert 0 < summary["machine_cpu_pct"]["mean"] <= 100
+
+
+def test_sampler_finds_a_process_by_exact_name():
+    name = "fe" + uuid.uuid4().hex[:10]
+    # The child renames itself (its comm), then spins until killed.
+    child = subprocess.Popen([sys.executable, "-c",
+                              f"open('/proc/self/comm', 'w').write('{name}')\n"
+                              "while True: pass"])
+    try:
+        deadline = time.monotonic() + 5
+        while not PsutilReader().find_pids(name) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert PsutilReader().find_pids(name) == [child.pid]
+        sampler = CpuSampler((name, "no-such-process-x"), interval_s=0.05)
+        sampler.start()
+        time.sleep(0.4)
+        summary = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert summary["processes"][name]["pids"] == [child.pid]
+    assert summary["processes"][name]["max_pct_of_core"] > 10
+    assert summary["processes"]["no-such-process-x"] == {
+        "mean_pct_of_core": None, "max_pct_of_core": None, "pids": [],
+        "found": False}
+    assert sampler.stop() is summary          # idempotent
+
+
+def test_stop_does_not_wait_for_the_interval():
+    sampler = CpuSampler(interval_s=30).start()
+    began = time.monotonic()
+    summary = sampler.stop()
+    assert time.monotonic() - began < 1.0
+    assert summary["samples"] == 0
+    assert summary["machine_cpu_pct"] == {"mean": None, "max": None}
+
+
+def test_sampler_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="interval_s must be a positive"):
+        CpuSampler(interval_s=0)
+    with pytest.raises(ValueError, match="process_names must be a sequence"):
+        CpuSampler("ovs-vswitchd")
+    with pytest.raises(RuntimeError, match="before start"):
+        CpuSampler().stop()

@@ -1,0 +1,7 @@
+"""Capture analysis, pure: pcap files in, per-flow and per-link figures out.
+
+`pcap` reads packet records, gaps and blackouts; `linkload` turns one
+fabric-wide capture into per-link loads.  They read files that `emu.live`
+wrote and need neither root nor Mininet, so a run can be analysed again
+offline.
+"""
