@@ -112,8 +112,8 @@ def execute(scenario, out: Path) -> int:
     fabric = build_fabric(scenario)
     scale = None if fabric is None else scale_for(scenario, fabric)
     run_dir = results.new_run_dir(out, scenario.name)
-    print(f"{scenario.name}: {scenario.config['scenario']['description']}")
-    result = {"scenario": scenario.name, "description": scenario.config["scenario"]["description"],
+    print(f"{scenario.name}: {scenario.description}")
+    result = {"scenario": scenario.name, "description": scenario.description,
               "status": "running", "started": results.now_iso(), "config": scenario.config,
               "warnings": []}
     if fabric is not None:

@@ -71,6 +71,21 @@ class Scenario:
     def section(self) -> Dict:
         return self.config.get(self.experiment.section, {})
 
+    @property
+    def description(self) -> str:
+        """The one-line description, with the settings it names filled in."""
+        return fill_description(self.config["scenario"]["description"], self.section)
+
+
+def fill_description(text: str, settings: Dict) -> str:
+    """A description may name its section's settings in braces (``{gpus:,}``), so
+    that it says what this run does, not what the file's defaults would; text
+    that names no setting, or one the section lacks, is left as written."""
+    try:
+        return text.format(**settings)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return text
+
 
 def builtin_names() -> List[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
@@ -124,8 +139,17 @@ def load(name_or_path: str, overrides: Sequence[str] = ()) -> Scenario:
 
 
 def describe(name: str) -> str:
+    """A scenario file's description for ``--list``, filled from the file's own
+    settings and its kind's defaults (without validating the whole file)."""
     try:
         raw = tomllib.loads(resolve_path(name).read_text())
-        return raw.get("scenario", {}).get("description", "")
     except (OSError, tomllib.TOMLDecodeError, ScenarioError):
         return "(unreadable)"
+    text = raw.get("scenario", {}).get("description", "")
+    experiment = EXPERIMENTS.get(raw.get("scenario", {}).get("kind"))
+    if experiment is None or not experiment.section:
+        return text
+    section = raw.get(experiment.section)
+    settings = {key: field.default for key, field in experiment.fields.items()}
+    settings.update(section if isinstance(section, dict) else {})
+    return fill_description(text, settings)

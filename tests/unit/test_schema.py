@@ -347,3 +347,25 @@ def test_set_a_whole_table_and_a_string_with_commas():
                                             "cost.spec=zcube,n=4"], TABLE_SCHEMA)
     config = validate("f.toml", merged, TABLE_SCHEMA)
     assert config["cost"] == {"prices": {"ocs.port": 700.0}, "spec": "zcube,n=4"}
+
+
+def test_a_description_says_what_this_run_does():
+    """The fabrics header names the GPU count asked for, not the file's default."""
+    default = scenario.load("fabrics")
+    assert "every fabric at 16,384 GPUs" in default.description
+    asked = scenario.load("fabrics", ["gpus=1024"])
+    assert "every fabric at 1,024 GPUs" in asked.description
+    assert "{gpus" in asked.config["scenario"]["description"], "the file keeps its template"
+    assert "every fabric at 16,384 GPUs" in scenario.describe("fabrics"), \
+        "--list fills the template from the file's own settings"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("plain text", "plain text"),
+    ("{hosts} hosts", "8 hosts"),
+    ("{unknown} stays", "{unknown} stays"),
+    ("a {} brace", "a {} brace"),
+    ("{hosts:,.x} bad format", "{hosts:,.x} bad format"),
+])
+def test_descriptions_fill_only_settings_they_name(text, expected):
+    assert scenario.fill_description(text, {"hosts": 8}) == expected
