@@ -139,16 +139,18 @@ def our_bridges() -> List[str]:
     return [b for b in result.stdout.split() if BRIDGE_RE.match(b)]
 
 
-def our_links() -> List[str]:
-    result = _run(["ip", "-o", "link", "show"])
-    names = []
-    for line in result.stdout.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) > 1:
-            name = parts[1].strip().split("@")[0]
-            if PORT_RE.match(name):
-                names.append(name)
-    return names
+def our_links(listing: Optional[str] = None) -> List[str]:
+    """Interfaces of this namespace named like our switch ports (``fes3-eth1``),
+    from iproute2's JSON listing (``listing``: that JSON, for tests)."""
+    if listing is None:
+        result = _run(["ip", "-json", "link", "show"])
+        listing = result.stdout if result.returncode == 0 else "[]"
+    try:
+        links = json.loads(listing or "[]")
+    except ValueError:
+        return []
+    return [link["ifname"] for link in links
+            if isinstance(link, dict) and PORT_RE.match(link.get("ifname", ""))]
 
 
 def clean(log=print) -> List[str]:

@@ -197,3 +197,14 @@ def test_bridge_names_are_matched_by_prefix(name, ours):
 ])
 def test_port_names_are_matched_by_prefix(name, ours):
     assert bool(state.PORT_RE.match(name)) is ours, name
+
+
+def test_our_links_are_read_from_iproutes_json():
+    listing = json.dumps([{"ifindex": 1, "ifname": "lo"},
+                          {"ifindex": 7, "ifname": "fes3-eth1", "link": "h1-eth0"},
+                          {"ifindex": 8, "ifname": "feo12-eth10"},
+                          {"ifindex": 9, "ifname": "fes3-eth1x"},
+                          {"ifindex": 10, "ifname": "other-eth0"}])
+    assert state.our_links(listing) == ["fes3-eth1", "feo12-eth10"]
+    assert state.our_links("not json") == [] and state.our_links("") == []
+    assert isinstance(state.our_links(), list), "the machine's own listing parses"
