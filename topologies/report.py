@@ -1,7 +1,8 @@
 """What the command line prints and writes about fabrics: cost tables, summaries, exports.
 
 * `cost_table(out_dir, ...)`: RFabric's cost comparison (Figure 7's analogue)
-  and ZCube's Table 6, as CSV, Markdown and two PNG plots in `out_dir`.
+  and ZCube's Table 6, as CSV and Markdown in `out_dir`; the plots of its
+  rows are drawn by the run report, so this package needs no matplotlib.
 * `fabric_summary_lines(gpus, radix)`: one line of counts per fabric.
 * `export(fabric, path, fmt)`: GraphML or JSON.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional
 
 import networkx as nx
 
@@ -31,8 +32,8 @@ def cost_table(out_dir, gpu_counts: Iterable[int] = cost.GPU_COUNTS,
                fabrics: Iterable[str] = cost.RFABRIC_FABRICS,
                overrides: Optional[Mapping] = None, gpu_price: Optional[float] = None,
                performance: Optional[Mapping[str, float]] = None) -> List[dict]:
-    """Compute the cost rows and write cost.csv, cost.md, cost_vs_gpus.png and
-    cost_per_gpu.png into `out_dir` (created if missing); returns the rows."""
+    """Compute the cost rows and write cost.csv and cost.md into `out_dir`
+    (created if missing); returns the rows."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     prices = cost.load_prices(overrides=overrides)
@@ -44,8 +45,6 @@ def cost_table(out_dir, gpu_counts: Iterable[int] = cost.GPU_COUNTS,
         writer.writerows(rows)
     table6 = cost.table6_rows(prices)
     (out / "cost.md").write_text(_markdown(rows, table6, radices, gpu_counts))
-    _plot(rows, radices, out / "cost_vs_gpus.png", "cost_total", 1e-6, "network cost ($M)")
-    _plot(rows, radices, out / "cost_per_gpu.png", "cost_per_gpu", 1.0, "network cost per GPU ($)")
     return rows
 
 
@@ -80,36 +79,6 @@ def _markdown(rows: List[dict], table6: List[dict], radices, gpu_counts) -> str:
 
 def _cables(by_speed: Mapping[float, int]) -> str:
     return " + ".join(f"{n:,} x {g:g}G" for g, n in by_speed.items())
-
-
-def _plot(rows: List[dict], radices: Sequence[int], path: Path, key: str, scale: float,
-          ylabel: str) -> None:
-    # The Figure API draws without pyplot, so no global backend is switched.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(5.5 * len(radices), 4.2))
-    FigureCanvasAgg(figure)
-    for index, radix in enumerate(radices):
-        axes = figure.add_subplot(1, len(radices), index + 1)
-        labels = dict.fromkeys(r["label"] for r in rows)
-        for number, label in enumerate(labels):
-            points = sorted((r["gpus"], r[key] * scale) for r in rows
-                            if r["radix"] == radix and r["label"] == label)
-            # Distinct markers and dashes: FT and ROFT cost the same and would hide each other.
-            axes.plot([p[0] for p in points], [p[1] for p in points], label=label,
-                      marker="osD^vx*"[number % 7], linestyle=("-", "--", ":", "-.")[number % 4],
-                      markersize=7 - number % 3)
-        axes.set_xscale("log", base=2)
-        if key == "cost_total":
-            axes.set_yscale("log")
-        axes.set_xlabel("GPUs")
-        axes.set_ylabel(ylabel)
-        axes.set_title(f"radix-{radix} EPS")
-        axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
 
 
 def fabric_summary_lines(gpus: int = 16384, radix: int = 128,

@@ -2,10 +2,12 @@
 
 No emulation: counts come from each fabric's analytic model
 (topologies/catalog.py) and prices from topologies/prices.toml, with the
-scenario's ``[cost.prices]`` overrides.  The run folder gets cost.csv,
-cost.md, cost_vs_gpus.png (cost against GPU count per fabric, Figure 7's
-analogue) and cost_per_gpu.png; result.json holds the Table 6 comparison at
-16,384 GPUs and RFabric's cost-efficiency over FT against the text's 1.81x.
+scenario's ``[cost.prices]`` overrides.  The run folder gets cost.csv and
+cost.md; result.json holds the Table 6 comparison at 16,384 GPUs, RFabric's
+cost-efficiency over FT against the text's 1.81x, and one row per (radix, GPU
+count, fabric) in ``network_cost``, from which the run report draws
+cost_vs_gpus.png (cost against GPU count per fabric, Figure 7's analogue) and
+cost_per_gpu.png.
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ def run(ctx: Context) -> Outcome:
                                   prices, settings["gpu_price"], performance)
     ratio = cost.rfabric_ratio(reference, cost.TABLE6_RADIX, cost.TABLE6_GPUS)
     ratio_error = 100 * (ratio / cost.RFABRIC_TEXT_RATIO - 1)
+    # What the report's cost plots are drawn from (emu.report.fabric_plots).
+    network_cost = [{"radix": row["radix"], "gpus": row["gpus"], "fabric": row["fabric"],
+                     "label": row["label"], "cost_million_usd": row["cost_total"] / 1e6,
+                     "cost_per_gpu_usd": row["cost_per_gpu"]} for row in rows]
     efficiency = [{"radix": radix, "gpus": gpus, "cost_efficiency_ratio": value}
                   for radix in settings["radices"] for gpus in settings["gpus"]
                   if (value := cost.rfabric_ratio(rows, radix, gpus)) is not None]
@@ -111,6 +117,7 @@ def run(ctx: Context) -> Outcome:
         "rfabric_over_ft_error_pct": ratio_error,
         "table6": table6,
         "rfabric_over_ft": efficiency,
+        "network_cost": network_cost,
     })
 
 

@@ -63,6 +63,18 @@ def test_cost_writes_the_table_the_plots_and_the_text_comparisons(tmp_path, caps
     assert metrics["rfabric_over_ft_ratio"] == pytest.approx(1.81, rel=0.05)
     assert len(metrics["rfabric_over_ft"]) == 12
     assert "`rfabric_over_ft_ratio`" in (folder / "report.md").read_text()
+    # The report draws the cost plots from result.json and inlines them in report.html.
+    with open(folder / "cost.csv") as handle:
+        csv_rows = list(csv.DictReader(handle))
+    assert [(r["radix"], r["gpus"], r["fabric"]) for r in metrics["network_cost"]] == \
+        [(int(r["radix"]), int(r["gpus"]), r["fabric"]) for r in csv_rows]
+    assert [r["cost_million_usd"] * 1e6 for r in metrics["network_cost"]] == \
+        pytest.approx([float(r["cost_total"]) for r in csv_rows])
+    assert (folder / "cost_per_gpu.png").read_bytes()[:4] == b"\x89PNG"
+    report_md = (folder / "report.md").read_text()
+    assert "![cost_vs_gpus.png](cost_vs_gpus.png)" in report_md
+    assert "![cost_per_gpu.png](cost_per_gpu.png)" in report_md
+    assert (folder / "report.html").read_text().count('<img src="data:image/png;base64,') == 2
 
     out = capsys.readouterr().out
     assert "ZCube Table 6" in out and "ZCube" in out and "($57M" in out
@@ -126,6 +138,10 @@ def test_fabrics_prints_one_line_per_fabric_and_exports_graphml(tmp_path, capsys
     graph = nx.read_graphml(folder / "zcube_n_4.graphml")
     assert graph.number_of_nodes() == metrics["export"]["nodes_count"]
     assert "zcube_n_4.graphml" in out
+    # One plot of the counts, referenced by report.md and inlined in report.html.
+    assert (folder / "fabric_counts.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![fabric_counts.png](fabric_counts.png)" in (folder / "report.md").read_text()
+    assert (folder / "report.html").read_text().count('<img src="data:image/png;base64,') == 1
 
 
 def test_fabrics_json_export_and_a_fabric_not_built(tmp_path, capsys):

@@ -125,7 +125,8 @@ def test_writes_report_and_valid_pngs(tmp_path):
     assert report.index("Fidelity warnings") < report.index("Headline metrics")
     # Metrics with units, in both unit systems.
     assert "| `blackout_ms` | 8.01 s | 20 ms |" in report
-    assert "| `ocs_delay_real_ms` | 8.0 s | 20 ms |" in report
+    # A key that says "real" is a real quantity already: no emulated value.
+    assert "| `ocs_delay_real_ms` | - | 20 ms |" in report
     assert "| `goodput_mbps` | 93.5 Mbit/s | 93.5 Gbit/s |" in report
     assert "| `bytes_moved_bytes` | 400 MB | 1.0 GB |" in report
     assert "71.2 %" in report and "| `flows_count` | 4 |" in report
@@ -193,13 +194,88 @@ def test_metric_units():
 
 
 def test_notes_are_prose_after_the_figures_not_a_metric():
-    from emu import report
+    from emu.report import markdown
     from traffic.scale import Scale
 
     result = {"metrics": {"x_s": 1.0, "notes": ["why x is what it is", "and y"]}}
     scale = Scale.from_rates(100, 10)
-    metrics = "\n".join(report._metrics_section(result, scale))
+    metrics = "\n".join(markdown._metrics_section(result, scale))
     assert "why x" not in metrics and "`x_s`" in metrics
-    assert report._notes_section(result) == ["## Reading the figures", "",
-                                             "- why x is what it is", "- and y", ""]
-    assert report._notes_section({"metrics": {}}) == []
+    assert markdown._notes_section(result) == ["## Reading the figures", "",
+                                               "- why x is what it is", "- and y", ""]
+    assert markdown._notes_section({"metrics": {}}) == []
+
+
+def test_metrics_named_real_are_real_quantities_only(tmp_path):
+    # rfabric records each iteration in emulated s and in real ms (tdf 100).
+    result = {
+        "scenario": "rfabric", "scale": {"bw_factor": 1e-3, "tdf": 100.0},
+        "metrics": {
+            "fattree": {"iteration_s": 21.1, "iteration_real_ms": 211.0},
+            "delays_real_ms": [20.0, 30.0],
+            "samples_real_ms": [float(value) for value in range(1, 21)],
+            "iterations": [{"fabric": "fattree", "iteration_s": 21.1,
+                            "iteration_real_ms": 211.0}],
+        }}
+    run = write_run(tmp_path / "rfabric", result=result, flows=None)
+    report = write_report(run)[0].read_text()
+    assert "| `fattree.iteration_s` | 21.1 s | 211 ms |" in report
+    assert "| `fattree.iteration_real_ms` | - | 211 ms |" in report
+    assert "| `delays_real_ms` | - | 20 ms, 30 ms |" in report
+    assert ("| `samples_real_ms` | - | min 1.0 ms, median 10.5 ms, max 20 ms "
+            "(20 values) |") in report
+    # Table columns: a real one is marked as such, and the note says so.
+    assert "| fabric | iteration (s) | iteration_real (ms, real) |" in report
+    assert "Table values are emulated, except in columns marked real; divide" in report
+    # Never a "real" value multiplied back into emulated units: 21.1 s is iteration_s's.
+    assert report.count("21.1 s") == 1
+    # With the identity scale there is one value column: the value itself.
+    run = write_run(tmp_path / "identity", result={
+        "scenario": "plain", "metrics": {"delay_real_ms": 20.0, "list_real_s": [1.0, 2.0]}},
+        flows=None)
+    report = write_report(run)[0].read_text()
+    assert "| `delay_real_ms` | 20 ms |" in report
+    assert "| `list_real_s` | 1.0 s, 2.0 s |" in report
+
+
+def test_units_of_real_and_emulated_values():
+    from emu.report.units import both_units, column_header, value_list
+    from traffic.scale import Scale
+
+    scale = Scale(bw_factor=1e-3, tdf=100.0)
+    assert both_units(211.0, metric_unit("iteration_real_ms"), scale) == ("", "211 ms")
+    assert both_units(21.1, metric_unit("iteration_s"), scale) == ("21.1 s", "211 ms")
+    assert both_units(5, metric_unit("flows_count"), scale) == ("5", "")
+    assert value_list([1.0], metric_unit("a_real_gbps"), scale) == ("", "1.0 Gbit/s")
+    assert not metric_unit("realtime_s").is_real      # a word, not part of one
+    assert column_header("iteration_real_ms") == "iteration_real (ms, real)"
+    assert column_header("recovery_ms") == "recovery (ms)"
+    assert column_header("share_real_ratio") == "share_real_ratio"   # no unit: the key
+
+
+def test_a_description_cannot_open_a_block_that_swallows_the_report(tmp_path):
+    for description in ("```", "<details><summary>x</summary>", "# heading"):
+        run = write_run(tmp_path / "run", result={"scenario": "x",
+                                                  "description": description}, flows=None)
+        write_report(run)
+        page = (run / "report.html").read_text()
+        assert '<h2 id="what-was-run">' in page and '<h2 id="files">' in page
+        assert "<pre>" not in page and page.count("<details>") == 0
+        assert page.count("<h1") == 1
+
+
+def test_python_m_emu_report_rerenders_a_run(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = write_run(tmp_path / "run")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "emu.report",
+                           str(run)], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [Path(line).name for line in done.stdout.splitlines()] == [
+        "report.md", "timeline.png", "steps.png", "report.html"]
+    missing = subprocess.run([sys.executable, "-m", "emu.report", str(tmp_path / "nowhere")],
+                             cwd=root, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "no result.json" in missing.stderr

@@ -1,13 +1,14 @@
-"""Tests for emu.report_html: report.html from a synthetic results folder."""
+"""Tests for emu.report.html: report.html from a synthetic results folder."""
 
 import base64
 import re
+import time
 from html.parser import HTMLParser
 
 import pytest
 
 from emu.report import main, write_report
-from emu.report_html import render_html, write_html
+from emu.report.html import render_html, write_html
 from test_report import (FLOW_WARNING, PNG_SIGNATURE, SATURATION_WARNING,
                          synthetic_result, write_run)
 
@@ -45,6 +46,11 @@ class TagChecker(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
+
+
+def compact(page: str) -> str:
+    """The page without the line breaks markdown-it puts between block tags."""
+    return re.sub(r">\n+<", "><", page)
 
 
 def check_well_formed(page: str) -> TagChecker:
@@ -109,7 +115,7 @@ def test_write_report_writes_self_contained_html(run):
     assert positions == sorted(positions)
     assert page.index("netdev (OVS userspace datapath)") < page.index(SATURATION_WARNING)
     # Tables, the resolved configuration and lists survive the conversion.
-    assert "<th>index</th><th>blackout (ms)</th><th>recovery (ms)</th>" in page
+    assert "<th>index</th><th>blackout (ms)</th><th>recovery (ms)</th>" in compact(page)
     assert "<details><summary>Resolved configuration</summary>" in page
     assert '<pre><code class="language-json">' in page
     assert "&quot;delay_real_ms&quot;: 20" in page
@@ -184,17 +190,17 @@ def test_markdown_subset():
     assert "a *literal* star" in page and "a lone * star" in page
     assert "an unsafe link and a lone * star.</p>" in page
     assert "javascript" not in page
-    assert "<th>a</th><th style=\"text-align: center\">b|c</th>" in page
+    assert "<th>a</th><th style=\"text-align:center\">b|c</th>" in compact(page)
     assert "<code>x|y</code>" in page
-    assert "<td>1</td><td style=\"text-align: center\"><strong>2</strong></td>" \
-           "<td style=\"text-align: right\"></td>" in page
-    assert "<tr><td>-</td><td style=\"text-align: center\">-</td>" in page
+    assert "<td>1</td><td style=\"text-align:center\"><strong>2</strong></td>" \
+           "<td style=\"text-align:right\"></td>" in compact(page)
+    assert "<tr><td>-</td><td style=\"text-align:center\">-</td>" in compact(page)
     assert "<ol>\n<li>one</li>\n<li>two</li>\n</ol>" in page
     assert "<blockquote>\n<p>quoted <strong>text</strong>\nmore</p>\n</blockquote>" in page
     assert "<details><summary>More &lt;b&gt;details&lt;/b&gt;</summary>" in page
-    assert "<pre><code>&lt;/details&gt; &lt;script&gt;</code></pre>" in page
+    assert "<pre><code>&lt;/details&gt; &lt;script&gt;\n</code></pre>" in page
     # An unclosed fence does not swallow what follows; a missing image is a link.
-    assert "<p>```</p>\n<p>never closed\n" in page
+    assert "<p>```\nnever closed\n" in page
     assert '<a class="missing-image" href="nothing.png">missing</a> (image not ' \
            'embedded)</p>' in page
 
@@ -228,3 +234,105 @@ def test_write_html_needs_report_md(tmp_path):
     path = write_html(tmp_path)
     assert path.name == "report.html"
     assert '<h1 id="only-text">Only text</h1>' in path.read_text(encoding="utf-8")
+
+
+def test_only_the_reports_own_folds_render_as_folds():
+    markdown = "\n".join([
+        "<details><summary>Outer *a* <i>b</i></summary>",
+        "",
+        "inside <b>bold</b>",
+        "",
+        "<details><summary>Inner</summary>",
+        "",
+        "```",
+        "</details>",
+        "```",
+        "",
+        "</details>",
+        "",
+        "</details>",
+        "",
+        "</details>",
+        "",
+        "- <details><summary>in a list</summary>",
+        "",
+        "</details>",
+        "",
+        "<details><summary>never closed</summary>",
+        "",
+        "<div onclick=alert(1)>",
+        "<script>alert(2)</script>",
+        "</div>",
+    ])
+    page = render_html(markdown, None)
+    checker = check_well_formed(page)
+    assert checker.starts.count("details") == 2 and checker.starts.count("summary") == 2
+    assert not {"i", "b", "div", "script"} & set(checker.starts)
+    # Summary and body are Markdown: emphasis works, HTML stays text.
+    assert "<details><summary>Outer <em>a</em> &lt;i&gt;b&lt;/i&gt;</summary>" in page
+    assert "<p>inside &lt;b&gt;bold&lt;/b&gt;</p>" in page
+    # A </details> in a code block is code; the folds nest.
+    assert ("<details><summary>Inner</summary>\n<pre><code>&lt;/details&gt;\n</code></pre>\n"
+            "</details>\n</details>") in page
+    # A stray closer, an opener without its closer, and one in a list item are text.
+    assert page.count("<p>&lt;/details&gt;</p>") == 2
+    assert "<li>&lt;details&gt;&lt;summary&gt;in a list&lt;/summary&gt;</li>" in page
+    assert "<p>&lt;details&gt;&lt;summary&gt;never closed&lt;/summary&gt;</p>" in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+
+
+def test_only_safe_link_schemes_are_kept():
+    markdown = "\n".join([
+        "[a](JavaScript:alert(1)) [b](vbscript:x) [c](data:text/html,x) [d](file:///etc/x)",
+        "[e](&#106;avascript:alert(3)) <javascript:alert(4)> [f][ref]",
+        "[g](https://example.com/x?a=1&b=2) [h](mailto:ops@example.com) [i](../up/file.csv)",
+        "[j](#flows) [k](captures/h1%20eth0.pcap)",
+        "",
+        "[ref]: javascript:alert(5)",
+    ])
+    page = render_html(markdown, None)
+    checker = check_well_formed(page)
+    hrefs = [attrs["href"] for tag, attrs in checker.attributes if tag == "a"]
+    assert hrefs == ["https://example.com/x?a=1&b=2", "mailto:ops@example.com",
+                     "../up/file.csv", "#flows", "captures/h1%20eth0.pcap", "report.md"]
+    # A dropped link keeps its text.
+    assert set("abcdef") <= set(" ".join(checker.text).split())
+
+
+def test_svg_and_jpeg_files_of_the_run_are_inlined(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    svg = (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="4" '
+           b'height="4"><rect width="4" height="4"/></svg>\n')
+    (run / "plot.svg").write_bytes(svg)
+    (run / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(16))
+    (run / "fake.svg").write_text("<html><body>not an image</body></html>")
+    page = render_html("![s](plot.svg) ![j](photo.jpg) ![f](fake.svg)", run)
+    images = [attrs for tag, attrs in check_well_formed(page).attributes if tag == "img"]
+    assert [image["src"].split(";")[0] for image in images] == ["data:image/svg+xml",
+                                                                 "data:image/jpeg"]
+    assert base64.b64decode(images[0]["src"].split(",", 1)[1]) == svg
+    assert '<a class="missing-image" href="fake.svg">f</a> (image not embedded)' in page
+
+
+def test_page_keeps_its_style_and_content_security_policy():
+    page = render_html("# Styled\n\n| a |\n| --- |\n| 1 |\n", None)
+    check_well_formed(page)
+    assert ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            'img-src data:; style-src \'unsafe-inline\'; base-uri \'none\'; '
+            'form-action \'none\'">') in page
+    assert ".table-wrap { overflow-x: auto; margin: .6rem 0 1rem; }" in page
+    assert '<div class="table-wrap"><table>' in page and "</table></div>" in page
+    assert "<title>Styled</title>" in page
+
+
+def test_odd_markdown_renders_in_linear_time():
+    # Unclosed folds and ever shorter unclosed fences: each is text, found in one pass.
+    markdown = "\n\n".join(["<details><summary>x</summary>"] * 3000
+                           + ["`" * (1000 - i) for i in range(900)] + ["</details>"])
+    started = time.monotonic()
+    page = render_html(markdown, None)
+    assert time.monotonic() - started < 10
+    check_well_formed(page)
+    # The last opener pairs with the one closer; the rest are text.
+    assert page.count("<details>") == 1 and page.count("<pre>") == 0

@@ -4,7 +4,7 @@ import csv
 import json
 
 from emu import report
-from emu.rl_plots import interarrivals, write_rl_plots
+from emu.report.rl_plots import interarrivals, write_rl_plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -21,6 +21,8 @@ from typing import Dict, List, Optional
 
 from matplotlib.figure import Figure
 
+from emu.report.load import FLOWS_FILE
+
 NORMALIZED_PNG, PHASES_PNG, INTERARRIVAL_PNG = "normalized.png", "phases.png", "interarrival.png"
 
 
@@ -38,7 +40,8 @@ def plot_normalized(result: dict, path: Path) -> Optional[Path]:
     axis.axhline(1.0, color="black", linewidth=0.8)
     axis.axhline(0.9, color="tab:red", linewidth=0.8, linestyle="--", label="0.9 of FT")
     axis.set_ylabel("normalized throughput (FT = 1)")
-    axis.set_title(f"{result['scenario']}: throughput relative to the fat-tree (Figure 6 analogue)")
+    axis.set_title(f"{result['scenario']}: throughput relative to the fat-tree "
+                   f"(Figure 6 analogue)")
     axis.set_ylim(0, max(values + [1.0]) * 1.15)
     axis.legend(fontsize=8, loc="lower right")
     axis.grid(True, axis="y", alpha=0.3)
@@ -90,7 +93,8 @@ def interarrivals(flows_csv: Path) -> Dict[str, List[float]]:
             # rfabric flow ids read <fabric>-i<iteration>-<phase>-...
             match = re.match(r"(.+?)-i\d+-", row["id"])
             fabric = match.group(1) if match else ""
-            starts[row["group"]].add((fabric, row.get("step", ""), round(float(row["start_s"]), 2)))
+            start = round(float(row["start_s"]), 2)
+            starts[row["group"]].add((fabric, row.get("step", ""), start))
     gaps: Dict[str, List[float]] = {}
     for group, items in starts.items():
         by_fabric: Dict[str, List[float]] = defaultdict(list)
@@ -119,7 +123,8 @@ def plot_interarrival(result: dict, flows_csv: Path, path: Path) -> Optional[Pat
     axis.set_xscale("log")
     axis.set_xlabel("time between consecutive operations (s, emulated)")
     axis.set_ylabel("CDF")
-    axis.set_title(f"{result['scenario']}: traffic window per communication type (Figure 3 analogue)")
+    axis.set_title(f"{result['scenario']}: traffic window per communication type "
+                   f"(Figure 3 analogue)")
     axis.legend(fontsize=8)
     axis.grid(True, alpha=0.3)
     figure.tight_layout()
@@ -128,8 +133,9 @@ def plot_interarrival(result: dict, flows_csv: Path, path: Path) -> Optional[Pat
 
 
 def write_rl_plots(result: dict, run_dir: Path) -> List[Path]:
+    """Every RL plot this run has data for."""
     run_dir = Path(run_dir)
     written = [plot_normalized(result, run_dir / NORMALIZED_PNG),
                plot_phases(result, run_dir / PHASES_PNG),
-               plot_interarrival(result, run_dir / "flows.csv", run_dir / INTERARRIVAL_PNG)]
+               plot_interarrival(result, run_dir / FLOWS_FILE, run_dir / INTERARRIVAL_PNG)]
     return [p for p in written if p is not None]

@@ -1,0 +1,166 @@
+"""Read a run's ``result.json`` and ``flows.csv`` back, checking what the report needs.
+
+Input: ``result.json``
+----------------------
+::
+
+    {
+      "scenario": str,                 # required; everything else is optional
+      "description": str,
+      "started": str,                  # ISO 8601
+      "duration_s": float,             # emulated seconds
+      "versions": {name: version},
+      "datapath": "netdev" | "system",
+      "scale": {"bw_factor": float, "tdf": float},          # see traffic.scale
+      "fabric": {"spec": str, "hosts": int, "switches": int, "ocs": int,
+                 "link_mbps": float},                        # emulated Mbit/s
+      "config": {...},                 # the resolved scenario
+      "metrics": {
+        "<name>_<unit>": number,       # a headline scalar, e.g. "blackout_ms"
+        "<name>": [{...}, ...],        # a table, one dict per row
+        "<name>_<unit>": [number...],  # a list of values
+        "<group>": {...}               # nested names print as "group.name"
+      },
+      "timeline": {
+        "t0": float,                   # epoch s that t_rel_s counts from
+        "series": [{"label": str,
+                    "points": [[t_rel_s, mbps], ...]}],   # bin start, Mbit/s
+        "dark_windows": [{"start": t_rel_s, "end": t_rel_s, "label": str}]
+      },
+      "steps": [{"label": str, "duration_s": float}],     # e.g. all-reduce steps
+      "fidelity": {...},               # emu.fidelity.assess(), with "warnings"
+      "warnings": [str]
+    }
+
+Metric keys name their unit by suffix (see ``emu.report.units``).  All times
+in the timeline and in ``steps`` are emulated seconds.
+
+Input: ``flows.csv``
+--------------------
+One row per flow, columns ``id, src, dst, bytes, start_s, end_s,
+duration_s, goodput_mbps, retransmits, status`` (emulated bytes, seconds
+since ``timeline.t0``, Mbit/s; ``status`` is e.g. ``ok`` or ``failed``).
+
+Bad input raises ValueError (FileNotFoundError for a missing result.json)
+naming the file, the key or column, and what it must be.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+from traffic.scale import Scale
+
+RESULT_FILE = "result.json"
+FLOWS_FILE = "flows.csv"
+
+FLOW_COLUMNS = ("id", "src", "dst", "bytes", "start_s", "end_s", "duration_s",
+                "goodput_mbps", "retransmits", "status")
+
+
+@dataclass(frozen=True)
+class FlowRow:
+    """One row of flows.csv (emulated bytes, seconds and Mbit/s)."""
+
+    id: str
+    src: str
+    dst: str
+    bytes: Optional[int]
+    start_s: Optional[float]
+    end_s: Optional[float]
+    duration_s: Optional[float]
+    goodput_mbps: Optional[float]
+    retransmits: Optional[int]
+    status: str
+
+
+def _fail(path: Path, key: str, problem: str) -> ValueError:
+    return ValueError(f"{path}: key '{key}' {problem}")
+
+
+def load_result(run_dir) -> dict:
+    """Read and check ``result.json``; errors name the file and the key."""
+    path = Path(run_dir) / RESULT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {RESULT_FILE} in {run_dir}: not a run folder?")
+    try:
+        result = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(result, dict):
+        raise ValueError(f"{path}: top level must be an object")
+    if not isinstance(result.get("scenario"), str):
+        raise _fail(path, "scenario", "must be a string naming the scenario")
+    for key, kind in (("versions", dict), ("scale", dict), ("fabric", dict),
+                      ("config", dict), ("metrics", dict), ("timeline", dict),
+                      ("fidelity", dict), ("warnings", list), ("steps", list)):
+        if key in result and result[key] is not None \
+                and not isinstance(result[key], kind):
+            raise _fail(path, key, f"must be a JSON {kind.__name__.replace('dict', 'object')}")
+    timeline = result.get("timeline") or {}
+    for index, series in enumerate(timeline.get("series") or []):
+        if not isinstance(series, dict) or not isinstance(series.get("points"), list):
+            raise _fail(path, f"timeline.series[{index}]",
+                        "must be an object with 'label' and 'points' [[t_rel_s, mbps], ...]")
+    for index, window in enumerate(timeline.get("dark_windows") or []):
+        if not isinstance(window, dict) or not all(
+                isinstance(window.get(k), (int, float)) for k in ("start", "end")):
+            raise _fail(path, f"timeline.dark_windows[{index}]",
+                        "must be an object with numeric 'start' and 'end' (s)")
+    for index, step in enumerate(result.get("steps") or []):
+        if not isinstance(step, dict) or not isinstance(step.get("duration_s"), (int, float)):
+            raise _fail(path, f"steps[{index}]",
+                        "must be an object with 'label' and numeric 'duration_s'")
+    return result
+
+
+def scale_of(result: dict, path: Path = Path(RESULT_FILE)) -> Scale:
+    """The run's :class:`Scale` (identity if result.json has none)."""
+    data = result.get("scale") or {}
+    try:
+        return Scale(bw_factor=data.get("bw_factor", 1.0), tdf=data.get("tdf", 1.0))
+    except ValueError as error:
+        raise _fail(path, "scale", str(error)) from None
+
+
+def _number(text: str, kind, path: Path, row: int, column: str):
+    text = text.strip()
+    if text == "" or text.lower() in ("none", "null", "nan"):
+        return None
+    try:
+        return kind(float(text)) if kind is int else kind(text)
+    except ValueError:
+        raise ValueError(f"{path}: row {row}, column '{column}': "
+                         f"{text!r} is not a number") from None
+
+
+def load_flows(run_dir) -> Optional[List[FlowRow]]:
+    """Rows of ``flows.csv``, or None if the run folder has none."""
+    path = Path(run_dir) / FLOWS_FILE
+    if not path.is_file():
+        return None
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in FLOW_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {missing}; "
+                             f"expected {list(FLOW_COLUMNS)}")
+        flows = []
+        for row_number, row in enumerate(reader, start=2):
+            flows.append(FlowRow(
+                id=row["id"], src=row["src"], dst=row["dst"],
+                bytes=_number(row["bytes"], int, path, row_number, "bytes"),
+                start_s=_number(row["start_s"], float, path, row_number, "start_s"),
+                end_s=_number(row["end_s"], float, path, row_number, "end_s"),
+                duration_s=_number(row["duration_s"], float, path, row_number,
+                                   "duration_s"),
+                goodput_mbps=_number(row["goodput_mbps"], float, path, row_number,
+                                     "goodput_mbps"),
+                retransmits=_number(row["retransmits"], int, path, row_number,
+                                    "retransmits"),
+                status=row["status"].strip()))
+    return flows

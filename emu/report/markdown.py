@@ -1,0 +1,352 @@
+"""The text of ``report.md``: what was run, what may invalidate it, then the figures.
+
+Input: a checked ``result.json`` (``emu.report.load``), the rows of
+``flows.csv`` (or None), the run's ``Scale``, the run folder and the plots
+already written into it.  Output: Markdown (CommonMark with GFM tables),
+in this order:
+
+* ``# Run report: <scenario>``, the description;
+* ``## What was run``: scenario, fabric, scale, datapath, versions, and the
+  resolved configuration folded in ``<details><summary>...</summary>`` (the
+  only HTML the report writes; ``emu.report.html`` renders exactly that fold);
+* ``## Fidelity warnings (N)``, CPU use and the flows that had their links
+  to themselves;
+* ``## Headline metrics``: scalars and lists with their units, emulated and
+  real (``emu.report.units``), then one table per list-of-rows metric;
+* ``## Reading the figures`` (``metrics.notes``), ``## Steps``, ``## Plots``
+  (every plot as an image, so report.html inlines it), ``## Flows`` and
+  ``## Files`` (captures and other files, linked relative to the run folder).
+
+Values that come from result.json are text: ``|`` is escaped in table
+cells, and a description or note that would start a Markdown block (a fence,
+a heading, a fold) is escaped so that one odd value cannot swallow the rest
+of the report.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import string
+import urllib.parse
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from emu.report.html import HTML_FILE, MARKDOWN_FILE
+from emu.report.load import FLOWS_FILE, RESULT_FILE, FlowRow
+from emu.report.plots import STEPS_PNG
+from emu.report.units import (SCALED_KINDS, both_units, column_header, is_identity,
+                              metric_unit, plain, value_list)
+from traffic.scale import Scale, format_quantity
+
+REPORT_FILE = MARKDOWN_FILE
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz", ".cap")
+# The metric an experiment explains its figures in: prose, not a value.
+NOTES_KEY = "notes"
+# Rows shown in a table before the rest is left to result.json / flows.csv.
+MAX_TABLE_ROWS = 40
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> List[str]:
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _flatten(metrics: dict, prefix: str = "") -> Iterable[Tuple[str, Any]]:
+    for key, value in metrics.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, name + ".")
+        else:
+            yield name, value
+
+
+def _link(path: str) -> str:
+    return urllib.parse.quote(path)
+
+
+def _paragraph(value: Any) -> str:
+    """A value from result.json as one line of prose that starts no Markdown block.
+
+    Leading punctuation (a backtick fence, ``#``, ``<details>``, ``>``, ``-`` ...)
+    is backslash-escaped: a fence or a fold opened by a description would
+    otherwise run on over the sections below it.
+    """
+    text = plain(value).strip()
+    if text[:1] in string.punctuation and text[:1] != "\\":
+        return "\\" + text
+    return text
+
+
+def _warnings(result: dict) -> List[str]:
+    seen = []
+    for text in list(result.get("warnings") or []) + \
+            list((result.get("fidelity") or {}).get("warnings") or []):
+        if text not in seen:
+            seen.append(text)
+    return seen
+
+
+def _run_section(result: dict, scale: Scale) -> List[str]:
+    fabric = result.get("fabric") or {}
+    versions = result.get("versions") or {}
+    datapath = result.get("datapath")
+    datapath_text = {"netdev": "netdev (OVS userspace datapath)",
+                     "system": "system (OVS kernel datapath)"}.get(
+        datapath, plain(datapath) if datapath else "not recorded")
+    rows = [("Scenario", f"`{result['scenario']}`")]
+    if result.get("started"):
+        rows.append(("Started", plain(result["started"])))
+    if isinstance(result.get("duration_s"), (int, float)):
+        rows.append(("Duration", scale.format_seconds(result["duration_s"])))
+    if fabric:
+        parts = [f"`{fabric['spec']}`" if fabric.get("spec") else "unnamed"]
+        counts = [f"{fabric[k]} {k}" for k in ("hosts", "switches", "ocs")
+                  if fabric.get(k) is not None]
+        if counts:
+            parts.append(", ".join(counts))
+        link = fabric.get("link_mbps")
+        if isinstance(link, (int, float)):
+            parts.append(f"links {scale.format_rate(link)}")
+        rows.append(("Fabric", "; ".join(parts)))
+        rows.append(("Scale", scale.describe()))
+        rows.append(("Datapath", datapath_text))
+    else:
+        rows.append(("Fabric", "none: this scenario builds no network (a calculation)"))
+    if versions:
+        rows.append(("Versions", ", ".join(f"{name} {version}" for name, version
+                                           in sorted(versions.items()))))
+    lines = ["## What was run", ""]
+    lines += _table(("", ""), [(f"**{name}**", value) for name, value in rows])
+    config = result.get("config")
+    if config:
+        lines += ["", "<details><summary>Resolved configuration</summary>", "",
+                  "```json", json.dumps(config, indent=2, sort_keys=True,
+                                        default=str), "```", "", "</details>"]
+    return lines
+
+
+def _fidelity_section(result: dict) -> List[str]:
+    warnings = _warnings(result)
+    fidelity = result.get("fidelity") or {}
+    lines = [f"## Fidelity warnings ({len(warnings)})", ""]
+    if warnings:
+        lines += ["**These results may describe the emulator rather than the "
+                  "fabric:**", ""]
+        for text in warnings:
+            lines += [f"> **WARNING:** {plain(text)}", ""]
+        lines.pop()
+    elif fidelity:
+        lines.append("None: no flow that had its links to itself fell short of "
+                     "its configured rate, and the CPU did not saturate.")
+    else:
+        lines.append("No fidelity check was recorded for this run.")
+    cpu = fidelity.get("cpu") or {}
+    if cpu:
+        machine = cpu.get("machine_cpu_pct") or {}
+        rows = [("machine (% of all cores)", plain(machine.get("mean"), 3),
+                 plain(machine.get("max"), 3))]
+        for name, stats in sorted((cpu.get("processes") or {}).items()):
+            rows.append((f"{name} (% of one core)",
+                         plain(stats.get("mean_pct_of_core"), 3),
+                         plain(stats.get("max_pct_of_core"), 3)))
+        lines += ["", f"CPU use over {cpu.get('samples', '?')} samples of "
+                      f"{plain(cpu.get('interval_s'))} s on {cpu.get('cores', '?')} "
+                      f"cores:", ""]
+        lines += _table(("what", "mean (%)", "max (%)"), rows)
+    alone = fidelity.get("alone_flows") or []
+    if alone:
+        lines += ["", f"Flows that had their links to themselves "
+                      f"({len(alone)} of {fidelity.get('flows_checked', '?')} checked):",
+                  ""]
+        lines += _table(("flow", "goodput (Mbit/s)", "cap (Mbit/s)", "ratio", "ok"),
+                        [(plain(row.get("id")), plain(row.get("goodput_mbps")),
+                          plain(row.get("cap_mbps")), plain(row.get("ratio"), 3),
+                          plain(row.get("ok"))) for row in alone[:MAX_TABLE_ROWS]])
+        if len(alone) > MAX_TABLE_ROWS:
+            lines.append(f"\n... {len(alone) - MAX_TABLE_ROWS} more in {RESULT_FILE}.")
+    return lines
+
+
+def _metrics_section(result: dict, scale: Scale) -> List[str]:
+    metrics = result.get("metrics") or {}
+    scalars, tables = [], []
+    for key, value in _flatten(metrics):
+        if key == NOTES_KEY:
+            continue            # rendered as prose (`_notes_section`)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            tables.append((key, value))
+        else:
+            scalars.append((key, value))
+    lines = ["## Headline metrics", ""]
+    identity = is_identity(scale)
+    if scalars:
+        rows = []
+        for key, value in scalars:
+            unit = metric_unit(key)
+            if isinstance(value, list):
+                emulated, real = value_list(value, unit, scale)
+            else:
+                emulated, real = both_units(value, unit, scale)
+            # A key that says "real" has a real value only: no emulated twin.
+            rows.append((f"`{key}`", emulated or real) if identity
+                        else (f"`{key}`", emulated or "-", real or "-"))
+        header = ("metric", "value") if identity else \
+            ("metric", "emulated", "real-world equivalent")
+        lines += _table(header, rows)
+    else:
+        lines.append("No scalar metrics recorded.")
+    real_columns = False
+    for key, rows in tables:
+        columns: List[str] = []
+        for row in rows:
+            columns += [column for column in row if column not in columns]
+        real_columns = real_columns or any(
+            metric_unit(c).is_real and metric_unit(c).kind in SCALED_KINDS for c in columns)
+        lines += ["", f"### {key}", ""]
+        lines += _table([column_header(c) for c in columns],
+                        [[plain(row.get(c)) for c in columns] for row in rows[:MAX_TABLE_ROWS]])
+        if len(rows) > MAX_TABLE_ROWS:
+            lines.append(f"\n... {len(rows) - MAX_TABLE_ROWS} more rows in "
+                         f"{RESULT_FILE}.")
+    if not identity and tables:
+        marked = ", except in columns marked real" if real_columns else ""
+        lines += ["", f"Table values are emulated{marked}; divide times by the tdf "
+                      f"({scale.tdf:g}) and rates by the bandwidth factor "
+                      f"({scale.bw_factor:g}) for real-world ones."]
+    return lines
+
+
+def _notes_section(result: dict) -> List[str]:
+    """An experiment's own explanation of its figures (``metrics.notes``)."""
+    notes = (result.get("metrics") or {}).get(NOTES_KEY) or []
+    if not isinstance(notes, list) or not notes:
+        return []
+    return ["## Reading the figures", ""] + [f"- {_paragraph(note)}" for note in notes] + [""]
+
+
+def _stat_row(name: str, values: List[float], unit: str,
+              to_real) -> Tuple[str, ...]:
+    if not values:
+        return (name, "-", "-", "-", "-")
+    stats = (min(values), statistics.median(values), statistics.fmean(values),
+             max(values))
+    cells = []
+    for value in stats:
+        text = format_quantity(value, unit)
+        if to_real is not None:
+            text = f"{text} ({to_real(value)} real)"
+        cells.append(text)
+    return (name, *cells)
+
+
+def _flows_section(flows: Optional[List[FlowRow]], scale: Scale) -> List[str]:
+    lines = ["## Flows", ""]
+    if flows is None:
+        return lines + [f"No {FLOWS_FILE} in the run folder."]
+    if not flows:
+        return lines + [f"{FLOWS_FILE} holds no flows."]
+    identity = is_identity(scale)
+    statuses: Dict[str, int] = {}
+    for flow in flows:
+        statuses[flow.status or "?"] = statuses.get(flow.status or "?", 0) + 1
+    total_bytes = sum(flow.bytes or 0 for flow in flows)
+    starts = [f.start_s for f in flows if f.start_s is not None]
+    ends = [f.end_s for f in flows if f.end_s is not None]
+    retransmits = sum(flow.retransmits or 0 for flow in flows)
+    status_text = ", ".join(f"{count} {status}" for status, count
+                            in sorted(statuses.items()))
+    lines.append(f"- **{len(flows)} flows**: {status_text}")
+    lines.append("- **Flow sizes, summed**: " + (format_quantity(total_bytes, "B")
+                 if identity else scale.format_bytes(total_bytes)))
+    if starts and ends:
+        span = max(ends) - min(starts)
+        lines.append("- **First start to last end**: " + (
+            format_quantity(span, "s") if identity else scale.format_seconds(span)))
+    lines.append(f"- **TCP retransmits**: {retransmits}")
+    goodputs = [f.goodput_mbps for f in flows if f.goodput_mbps is not None]
+    durations = [f.duration_s for f in flows if f.duration_s is not None]
+    real_rate = None if identity else (
+        lambda mbps: format_quantity(scale.real_gbps(mbps), "Gbit/s"))
+    real_time = None if identity else (
+        lambda s: format_quantity(scale.real_seconds(s), "s"))
+    lines += [""]
+    lines += _table(("", "min", "median", "mean", "max"),
+                    [_stat_row("goodput", goodputs, "Mbit/s", real_rate),
+                     _stat_row("duration", durations, "s", real_time)])
+    # The flows most worth a look: failed ones first, then the slowest.
+    ranked = sorted(flows, key=lambda f: (f.status == "ok",
+                                          f.goodput_mbps if f.goodput_mbps
+                                          is not None else -1.0))
+    shown = ranked[:10]
+    lines += ["", f"Slowest {len(shown)} flows (failed first); all in "
+                  f"[{FLOWS_FILE}]({FLOWS_FILE}):", ""]
+    lines += _table(("flow", "src -> dst", "bytes", "start (s)", "duration (s)",
+                     "goodput (Mbit/s)", "retransmits", "status"),
+                    [(plain(f.id), plain(f"{f.src} -> {f.dst}"), plain(f.bytes),
+                      plain(f.start_s), plain(f.duration_s),
+                      plain(f.goodput_mbps), plain(f.retransmits),
+                      plain(f.status)) for f in shown])
+    return lines
+
+
+def _plots_section(plots: List[Path]) -> List[str]:
+    lines = ["## Plots", ""]
+    for plot in plots:
+        name = plot.name
+        lines += [f"![{name}]({_link(name)})", ""]
+    return lines[:-1]
+
+
+def _files_section(run_dir: Path, plots: List[Path]) -> List[str]:
+    lines = ["## Files", ""]
+    captures, others = [], []
+    for path in sorted(p for p in run_dir.rglob("*") if p.is_file()):
+        relative = path.relative_to(run_dir).as_posix()
+        if relative in (REPORT_FILE, HTML_FILE) or path in plots:
+            continue
+        if relative.lower().endswith(CAPTURE_SUFFIXES):
+            captures.append((relative, path.stat().st_size))
+        else:
+            others.append((relative, path.stat().st_size))
+    extra_plots = [r for r, _ in others if r.lower().endswith(".png")]
+    if extra_plots:
+        lines.append("Other plots: " + ", ".join(f"[{r}]({_link(r)})"
+                                                 for r in extra_plots))
+        lines.append("")
+    lines.append("Captures:" if captures else "Captures: none in the run folder.")
+    lines += [f"- [{r}]({_link(r)}) ({format_quantity(size, 'B')})"
+              for r, size in captures]
+    lines += ["", "Other files:"]
+    lines += [f"- [{r}]({_link(r)}) ({format_quantity(size, 'B')})"
+              for r, size in others if r not in extra_plots]
+    return lines
+
+
+def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
+                    run_dir: Path, plots: List[Path]) -> str:
+    """The text of report.md."""
+    title = f"# Run report: {result['scenario']}"
+    lines = [title, ""]
+    if result.get("description"):
+        lines += [_paragraph(result["description"]), ""]
+    lines += ["All figures name their unit; *emulated* values were measured "
+              "on the testbed, *real* ones map them back to the modelled "
+              "fabric through the scale factors below.", ""]
+    # What was run first, then what may invalidate it, then the figures.
+    lines += _run_section(result, scale) + [""]
+    lines += _fidelity_section(result) + [""]
+    lines += _metrics_section(result, scale) + [""]
+    lines += _notes_section(result)
+    steps = result.get("steps") or []
+    if steps:
+        total = sum(float(step["duration_s"]) for step in steps)
+        lines += ["## Steps", "",
+                  f"{len(steps)} steps, {scale.format_seconds(total)} in total"
+                  f" (plot: [{STEPS_PNG}]({STEPS_PNG})).", ""]
+    lines += _plots_section(plots) + [""]
+    lines += _flows_section(flows, scale) + [""]
+    lines += _files_section(run_dir, plots)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,49 @@
+"""Write a run folder's plots, ``report.md`` and ``report.html``, in that order.
+
+The plots come first because report.md names them (so report.html inlines
+them), and report.html last because it is rendered from report.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from emu.report.fabric_plots import write_fabric_plots
+from emu.report.html import write_html
+from emu.report.load import RESULT_FILE, load_flows, load_result, scale_of
+from emu.report.markdown import REPORT_FILE, render_markdown
+from emu.report.pd_plots import write_pd_plots
+from emu.report.plots import STEPS_PNG, TIMELINE_PNG, plot_steps, plot_timeline
+from emu.report.rl_plots import write_rl_plots
+from traffic.scale import Scale
+
+
+def write_plots(result: dict, run_dir: Path, scale: Scale) -> List[Path]:
+    """Every plot the run has data for, written into ``run_dir``; their paths."""
+    run_dir = Path(run_dir)
+    # A calculation (cost, fabrics, pd-calc) has no timeline to draw.
+    plots = [plot_timeline(result, run_dir / TIMELINE_PNG, scale)] \
+        if result.get("timeline") or result.get("fabric") else []
+    if result.get("steps"):
+        plots.append(plot_steps(result, run_dir / STEPS_PNG, scale))
+    plots += write_rl_plots(result, run_dir)
+    plots += write_pd_plots(result, run_dir)
+    plots += write_fabric_plots(result, run_dir)
+    return plots
+
+
+def write_report(run_dir) -> List[Path]:
+    """Write the plots, report.md and report.html into ``run_dir``.
+
+    Returns their paths, report.md first and report.html last.
+    """
+    run_dir = Path(run_dir)
+    result = load_result(run_dir)
+    scale = scale_of(result, run_dir / RESULT_FILE)
+    flows = load_flows(run_dir)
+    plots = write_plots(result, run_dir, scale)
+    report = run_dir / REPORT_FILE
+    report.write_text(render_markdown(result, flows, scale, run_dir, plots),
+                      encoding="utf-8")
+    return [report] + plots + [write_html(run_dir)]
