@@ -18,8 +18,7 @@ then the plots, report.html last.  The modules, one concern each:
 * ``rl_plots``, ``pd_plots``: the RL and P/D inference comparisons;
 * ``fabric_plots``: the cost and fabrics calculations;
 * ``markdown``: the sections of report.md;
-* ``html``: report.md as one self-contained page (markdown-it-py), with
-  ``markdown_blocks``, its rules for the report's folds and for fences;
+* ``html``: report.md as one self-contained page (markdown-it-py);
 * ``writer``: ``write_report``, all of the above for one run folder;
 * ``cli``: the command line (``python -m emu.report``).
 

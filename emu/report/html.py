@@ -9,20 +9,19 @@ so they work when the HTML sits in its run folder.
 
 The Markdown is parsed by markdown-it-py (CommonMark) with GFM tables, and
 with raw HTML off: any HTML in the Markdown, or in values that came from
-result.json, is shown as text, never interpreted.  On top of CommonMark:
+result.json, is shown as text, never interpreted.  The Markdown itself is
+not second-guessed: that no value from result.json can open a block that
+swallows the page is ``emu.report.markdown``'s to ensure.  On top of CommonMark:
 
-* the one fold the report writes, ``<details><summary>TEXT</summary>`` and
-  ``</details>`` on lines of their own, renders as a fold whose summary and
-  body are Markdown (so they stay escaped), and a top-level code fence that
-  is never closed is text rather than the rest of the page: see
-  ``emu.report.markdown_blocks``;
 * only ``http``, ``https`` and ``mailto`` links and scheme-less (relative)
   ones are kept; any other link (``javascript:``, ``data:`` ...) is reduced to
   its text;
 * an image is inlined only when it is a PNG, JPEG, GIF or SVG file inside the
   run folder (after resolving symbolic links) whose bytes match its type;
   otherwise it becomes a plain link, or its alt text when the link is unsafe;
-* headings get ``id`` anchors, and the first ``#`` heading is the page title.
+* headings get ``id`` anchors, and the first ``#`` heading is the page title;
+* the code block of the ``## Resolved configuration`` section is folded
+  (``<details>``), found in markdown-it's token stream: it can be long.
 """
 
 from __future__ import annotations
@@ -38,10 +37,10 @@ from markdown_it.common.utils import escapeHtml
 from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
-from emu.report.markdown_blocks import folds_and_closed_fences
-
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
+# The heading (level 2) of report.md's last section, whose code block is folded.
+CONFIG_SECTION = "Resolved configuration"
 
 
 def _starts_with(*signatures: bytes) -> Callable[[bytes], bool]:
@@ -64,7 +63,7 @@ _IMAGE_TYPES: Dict[str, Tuple[str, Callable[[bytes], bool]]] = {
 _SAFE_SCHEMES = ("http", "https", "mailto")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 
-# Deeper nesting (quotes in lists in folds ...) is left unparsed: no report
+# Deeper nesting (quotes in lists in quotes ...) is left unparsed: no report
 # writes it, and it bounds the work an odd report.md can cause.
 MAX_NESTING = 20
 
@@ -105,8 +104,6 @@ footer { margin-top: 3rem; color: var(--muted); font-size: .85rem; }
 
 CSP = ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
-
-
 
 
 # Links and images ----------------------------------------------------------------
@@ -225,6 +222,25 @@ def _drop_empty_table_heads(state: StateCore) -> None:
         index += 1
 
 
+def _fold_configuration(state: StateCore) -> None:
+    """Put the configuration section's first top-level code block in a ``<details>``.
+
+    The section is the last ``## Resolved configuration`` (report.md writes it
+    last); its heading and sentence stay outside the fold, so they still show.
+    """
+    tokens = state.tokens
+    starts = [i for i, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"
+              and tokens[i + 1].content == CONFIG_SECTION]
+    # After heading_open, its inline text and heading_close.
+    for index in range(starts[-1] + 3 if starts else len(tokens), len(tokens)):
+        if tokens[index].type == "heading_open":
+            return                      # the section has ended without a code block
+        if tokens[index].type == "fence" and tokens[index].level == 0:
+            tokens[index:index + 1] = [Token("config_fold_open", "details", 1), tokens[index],
+                                       Token("config_fold_close", "details", -1)]
+            return
+
+
 # Rendering ---------------------------------------------------------------------
 
 def _fixed(html: str):
@@ -248,12 +264,15 @@ def _image(self, tokens: Sequence[Token], index: int, options, env) -> str:
 def _parser() -> MarkdownIt:
     md = _Markdown("commonmark", {"html": False, "xhtmlOut": False,
                                   "maxNesting": MAX_NESTING}).enable("table")
-    md.use(folds_and_closed_fences)
     md.core.ruler.after("inline", "drop_unsafe_links", _drop_unsafe_links)
     md.core.ruler.push("heading_ids", _heading_ids)
     md.core.ruler.push("drop_empty_table_heads", _drop_empty_table_heads)
+    md.core.ruler.push("fold_configuration", _fold_configuration)
     for name, html in (("table_open", '<div class="table-wrap"><table>\n'),
-                       ("table_close", "</table></div>\n")):
+                       ("table_close", "</table></div>\n"),
+                       ("config_fold_open", "<details>\n<summary>Show the configuration "
+                                            "(JSON)</summary>\n"),
+                       ("config_fold_close", "</details>\n")):
         md.add_render_rule(name, _fixed(html))
     md.add_render_rule("image", _image)
     return md

@@ -6,21 +6,24 @@ already written into it.  Output: Markdown (CommonMark with GFM tables),
 in this order:
 
 * ``# Run report: <scenario>``, the description;
-* ``## What was run``: scenario, fabric, scale, datapath, versions, and the
-  resolved configuration folded in ``<details><summary>...</summary>`` (the
-  only HTML the report writes; ``emu.report.html`` renders exactly that fold);
+* ``## What was run``: scenario, fabric, scale, datapath and versions;
 * ``## Fidelity warnings (N)``, CPU use and the flows that had their links
   to themselves;
 * ``## Headline metrics``: scalars and lists with their units, emulated and
   real (``emu.report.units``), then one table per list-of-rows metric;
 * ``## Reading the figures`` (``metrics.notes``), ``## Steps``, ``## Plots``
-  (every plot as an image, so report.html inlines it), ``## Flows`` and
-  ``## Files`` (captures and other files, linked relative to the run folder).
+  (every plot as an image, so report.html inlines it; no section without
+  plots), ``## Flows`` and ``## Files`` (captures and other files, linked
+  relative to the run folder);
+* ``## Resolved configuration``: the scenario as run, as a JSON code block.
+  It comes last because it is long and read only to rerun or compare a run.
 
-Values that come from result.json are text: ``|`` is escaped in table
-cells, and a description or note that would start a Markdown block (a fence,
-a heading, a fold) is escaped so that one odd value cannot swallow the rest
-of the report.
+The report writes no HTML.  Values that come from result.json, flows.csv
+and file names are text, and none can start a Markdown block of its own:
+each is written on one line (``units.plain`` flattens line breaks and escapes
+``|``), and a description or note, the only values that start a line, has
+its leading punctuation escaped (``_paragraph``).  So no value can open a
+code fence, a heading or a quote that would swallow the rest of the report.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from emu.report.html import HTML_FILE, MARKDOWN_FILE
+from emu.report.html import CONFIG_SECTION, HTML_FILE, MARKDOWN_FILE
 from emu.report.load import FLOWS_FILE, RESULT_FILE, FlowRow
 from emu.report.plots import STEPS_PNG
 from emu.report.units import (SCALED_KINDS, both_units, column_header, is_identity,
@@ -70,9 +73,9 @@ def _link(path: str) -> str:
 def _paragraph(value: Any) -> str:
     """A value from result.json as one line of prose that starts no Markdown block.
 
-    Leading punctuation (a backtick fence, ``#``, ``<details>``, ``>``, ``-`` ...)
-    is backslash-escaped: a fence or a fold opened by a description would
-    otherwise run on over the sections below it.
+    Line breaks are flattened, and leading punctuation (a backtick fence,
+    ``#``, ``>``, ``-``, ``[`` ...) is backslash-escaped: a fence opened by a
+    description would otherwise run on over the sections below it.
     """
     text = plain(value).strip()
     if text[:1] in string.punctuation and text[:1] != "\\":
@@ -89,6 +92,16 @@ def _warnings(result: dict) -> List[str]:
     return seen
 
 
+def _seconds(value: float, scale: Scale) -> str:
+    """An emulated duration, with its real twin only when the two differ.
+
+    A calculation (cost, fabrics, pd-calc) records no scale: its durations
+    are plain wall-clock seconds, and "1 s emulated (1 s real)" would say
+    there was an emulation.
+    """
+    return format_quantity(value, "s") if is_identity(scale) else scale.format_seconds(value)
+
+
 def _run_section(result: dict, scale: Scale) -> List[str]:
     fabric = result.get("fabric") or {}
     versions = result.get("versions") or {}
@@ -96,14 +109,14 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
     datapath_text = {"netdev": "netdev (OVS userspace datapath)",
                      "system": "system (OVS kernel datapath)"}.get(
         datapath, plain(datapath) if datapath else "not recorded")
-    rows = [("Scenario", f"`{result['scenario']}`")]
+    rows = [("Scenario", f"`{plain(result['scenario'])}`")]
     if result.get("started"):
         rows.append(("Started", plain(result["started"])))
     if isinstance(result.get("duration_s"), (int, float)):
-        rows.append(("Duration", scale.format_seconds(result["duration_s"])))
+        rows.append(("Duration", _seconds(result["duration_s"], scale)))
     if fabric:
-        parts = [f"`{fabric['spec']}`" if fabric.get("spec") else "unnamed"]
-        counts = [f"{fabric[k]} {k}" for k in ("hosts", "switches", "ocs")
+        parts = [f"`{plain(fabric['spec'])}`" if fabric.get("spec") else "unnamed"]
+        counts = [f"{plain(fabric[k])} {k}" for k in ("hosts", "switches", "ocs")
                   if fabric.get(k) is not None]
         if counts:
             parts.append(", ".join(counts))
@@ -116,15 +129,10 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
     else:
         rows.append(("Fabric", "none: this scenario builds no network (a calculation)"))
     if versions:
-        rows.append(("Versions", ", ".join(f"{name} {version}" for name, version
-                                           in sorted(versions.items()))))
+        rows.append(("Versions", ", ".join(f"{plain(name)} {plain(version)}"
+                                           for name, version in sorted(versions.items()))))
     lines = ["## What was run", ""]
     lines += _table(("", ""), [(f"**{name}**", value) for name, value in rows])
-    config = result.get("config")
-    if config:
-        lines += ["", "<details><summary>Resolved configuration</summary>", "",
-                  "```json", json.dumps(config, indent=2, sort_keys=True,
-                                        default=str), "```", "", "</details>"]
     return lines
 
 
@@ -149,17 +157,18 @@ def _fidelity_section(result: dict) -> List[str]:
         rows = [("machine (% of all cores)", plain(machine.get("mean"), 3),
                  plain(machine.get("max"), 3))]
         for name, stats in sorted((cpu.get("processes") or {}).items()):
-            rows.append((f"{name} (% of one core)",
+            rows.append((f"{plain(name)} (% of one core)",
                          plain(stats.get("mean_pct_of_core"), 3),
                          plain(stats.get("max_pct_of_core"), 3)))
-        lines += ["", f"CPU use over {cpu.get('samples', '?')} samples of "
-                      f"{plain(cpu.get('interval_s'))} s on {cpu.get('cores', '?')} "
+        lines += ["", f"CPU use over {plain(cpu.get('samples', '?'))} samples of "
+                      f"{plain(cpu.get('interval_s'))} s on {plain(cpu.get('cores', '?'))} "
                       f"cores:", ""]
         lines += _table(("what", "mean (%)", "max (%)"), rows)
     alone = fidelity.get("alone_flows") or []
     if alone:
         lines += ["", f"Flows that had their links to themselves "
-                      f"({len(alone)} of {fidelity.get('flows_checked', '?')} checked):",
+                      f"({len(alone)} of {plain(fidelity.get('flows_checked', '?'))} "
+                      f"checked):",
                   ""]
         lines += _table(("flow", "goodput (Mbit/s)", "cap (Mbit/s)", "ratio", "ok"),
                         [(plain(row.get("id")), plain(row.get("goodput_mbps")),
@@ -191,8 +200,8 @@ def _metrics_section(result: dict, scale: Scale) -> List[str]:
             else:
                 emulated, real = both_units(value, unit, scale)
             # A key that says "real" has a real value only: no emulated twin.
-            rows.append((f"`{key}`", emulated or real) if identity
-                        else (f"`{key}`", emulated or "-", real or "-"))
+            rows.append((f"`{plain(key)}`", emulated or real) if identity
+                        else (f"`{plain(key)}`", emulated or "-", real or "-"))
         header = ("metric", "value") if identity else \
             ("metric", "emulated", "real-world equivalent")
         lines += _table(header, rows)
@@ -205,8 +214,8 @@ def _metrics_section(result: dict, scale: Scale) -> List[str]:
             columns += [column for column in row if column not in columns]
         real_columns = real_columns or any(
             metric_unit(c).is_real and metric_unit(c).kind in SCALED_KINDS for c in columns)
-        lines += ["", f"### {key}", ""]
-        lines += _table([column_header(c) for c in columns],
+        lines += ["", f"### {plain(key)}", ""]
+        lines += _table([plain(column_header(c)) for c in columns],
                         [[plain(row.get(c)) for c in columns] for row in rows[:MAX_TABLE_ROWS]])
         if len(rows) > MAX_TABLE_ROWS:
             lines.append(f"\n... {len(rows) - MAX_TABLE_ROWS} more rows in "
@@ -256,15 +265,14 @@ def _flows_section(flows: Optional[List[FlowRow]], scale: Scale) -> List[str]:
     starts = [f.start_s for f in flows if f.start_s is not None]
     ends = [f.end_s for f in flows if f.end_s is not None]
     retransmits = sum(flow.retransmits or 0 for flow in flows)
-    status_text = ", ".join(f"{count} {status}" for status, count
+    status_text = ", ".join(f"{count} {plain(status)}" for status, count
                             in sorted(statuses.items()))
     lines.append(f"- **{len(flows)} flows**: {status_text}")
     lines.append("- **Flow sizes, summed**: " + (format_quantity(total_bytes, "B")
                  if identity else scale.format_bytes(total_bytes)))
     if starts and ends:
         span = max(ends) - min(starts)
-        lines.append("- **First start to last end**: " + (
-            format_quantity(span, "s") if identity else scale.format_seconds(span)))
+        lines.append("- **First start to last end**: " + _seconds(span, scale))
     lines.append(f"- **TCP retransmits**: {retransmits}")
     goodputs = [f.goodput_mbps for f in flows if f.goodput_mbps is not None]
     durations = [f.duration_s for f in flows if f.duration_s is not None]
@@ -293,6 +301,8 @@ def _flows_section(flows: Optional[List[FlowRow]], scale: Scale) -> List[str]:
 
 
 def _plots_section(plots: List[Path]) -> List[str]:
+    if not plots:
+        return []           # a calculation may draw none: no empty section
     lines = ["## Plots", ""]
     for plot in plots:
         name = plot.name
@@ -313,22 +323,36 @@ def _files_section(run_dir: Path, plots: List[Path]) -> List[str]:
             others.append((relative, path.stat().st_size))
     extra_plots = [r for r, _ in others if r.lower().endswith(".png")]
     if extra_plots:
-        lines.append("Other plots: " + ", ".join(f"[{r}]({_link(r)})"
+        lines.append("Other plots: " + ", ".join(f"[{plain(r)}]({_link(r)})"
                                                  for r in extra_plots))
         lines.append("")
     lines.append("Captures:" if captures else "Captures: none in the run folder.")
-    lines += [f"- [{r}]({_link(r)}) ({format_quantity(size, 'B')})"
+    lines += [f"- [{plain(r)}]({_link(r)}) ({format_quantity(size, 'B')})"
               for r, size in captures]
     lines += ["", "Other files:"]
-    lines += [f"- [{r}]({_link(r)}) ({format_quantity(size, 'B')})"
+    lines += [f"- [{plain(r)}]({_link(r)}) ({format_quantity(size, 'B')})"
               for r, size in others if r not in extra_plots]
     return lines
+
+
+def _config_section(result: dict) -> List[str]:
+    """The resolved configuration (``config``) as a JSON code block; [] without one."""
+    config = result.get("config")
+    if not config:
+        return []
+    # No value in it can end the fence early: json.dumps quotes every string and
+    # escapes its line breaks, so each line it writes starts, after its indent, with
+    # a quote, a bracket, a digit or a literal: never with the backticks of a fence.
+    text = json.dumps(config, indent=2, sort_keys=True, default=str)
+    return [f"## {CONFIG_SECTION}", "",
+            f"The scenario as run, overrides included, as recorded under `config` in "
+            f"[{RESULT_FILE}]({RESULT_FILE}):", "", "```json", text, "```"]
 
 
 def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
                     run_dir: Path, plots: List[Path]) -> str:
     """The text of report.md."""
-    title = f"# Run report: {result['scenario']}"
+    title = f"# Run report: {plain(result['scenario'])}"
     lines = [title, ""]
     if result.get("description"):
         lines += [_paragraph(result["description"]), ""]
@@ -344,9 +368,11 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
     if steps:
         total = sum(float(step["duration_s"]) for step in steps)
         lines += ["## Steps", "",
-                  f"{len(steps)} steps, {scale.format_seconds(total)} in total"
+                  f"{len(steps)} steps, {_seconds(total, scale)} in total"
                   f" (plot: [{STEPS_PNG}]({STEPS_PNG})).", ""]
-    lines += _plots_section(plots) + [""]
+    plots_section = _plots_section(plots)
+    lines += plots_section + ([""] if plots_section else [])
     lines += _flows_section(flows, scale) + [""]
-    lines += _files_section(run_dir, plots)
+    lines += _files_section(run_dir, plots) + [""]
+    lines += _config_section(result)
     return "\n".join(lines).rstrip() + "\n"

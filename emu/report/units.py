@@ -91,7 +91,7 @@ def _to_real(unit: MetricUnit, value: float, scale: Scale) -> Tuple[float, str]:
 
 
 def plain(value: Any, digits: int = 4) -> str:
-    """A table cell: numbers to ``digits`` significant digits, text escaped."""
+    """A table cell: numbers to ``digits`` significant digits, text on one line, escaped."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -104,7 +104,9 @@ def plain(value: Any, digits: int = 4) -> str:
         return f"{value:.{digits}g}"
     if isinstance(value, (list, dict)):
         value = json.dumps(value)
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    # One line whatever the value: CommonMark reads a lone "\r" as a line break too,
+    # and a line of a value's own could open a block (a code fence) that runs on.
+    return str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def with_unit(value: Any, unit: MetricUnit) -> str:

@@ -146,6 +146,57 @@ def test_writes_report_and_valid_pngs(tmp_path):
     assert "![timeline.png](timeline.png)" in report
     assert "![steps.png](steps.png)" in report
     assert "[captures/h2-eth0.pcap](captures/h2-eth0.pcap)" in report
+    # No HTML: the configuration is an ordinary section, the last one.
+    assert "<details>" not in report and "<summary>" not in report
+    assert report.index("## Files") < report.index("## Resolved configuration")
+
+
+def test_resolved_configuration_is_the_last_section(tmp_path):
+    result = synthetic_result()
+    result["config"]["odd"] = "```\n</details>\n~~~"
+    run = write_run(tmp_path / "run", result=result)
+    report = write_report(run)[0].read_text()
+    section = report[report.index("## Resolved configuration"):]
+    assert section.splitlines()[:4] == [
+        "## Resolved configuration", "",
+        "The scenario as run, overrides included, as recorded under `config` in "
+        "[result.json](result.json):", ""]
+    # The JSON, sorted and indented, is the report's last block: a fenced one that
+    # no value in it can close early (its line breaks stay escaped in JSON strings).
+    body = section.split("```json\n", 1)[1]
+    assert body.endswith("\n```\n") and json.loads(body[:-len("```\n")]) == result["config"]
+    assert '"odd": "```\\n</details>\\n~~~"' in body
+    assert [line for line in body.splitlines() if line.startswith(("```", "~~~"))] == ["```"]
+    # Without a configuration there is no section.
+    run = write_run(tmp_path / "bare", result={"scenario": "smoke"}, flows=None)
+    assert "Resolved configuration" not in write_report(run)[0].read_text()
+
+
+def test_a_calculation_has_a_plain_duration_and_no_empty_plots(tmp_path):
+    # What cost, fabrics and pd-calc record: no fabric, no scale, nothing to plot.
+    result = {"scenario": "pd-calc", "duration_s": 0.193, "config": {"a": 1},
+              "metrics": {"x_count": 3}, "steps": [{"label": "a", "duration_s": 1.5}]}
+    run = write_run(tmp_path / "calc", result=result, flows=None)
+    written = write_report(run)
+    assert [p.name for p in written] == ["report.md", "steps.png", "report.html"]
+    report = written[0].read_text()
+    assert "| **Duration** | 193 ms |" in report
+    assert "1 steps, 1.5 s in total" in report
+    assert " real)" not in report and "emulated (" not in report
+    assert "## Plots" in report               # steps.png is a plot
+    (run / "steps.png").unlink()
+    result.pop("steps")
+    run = write_run(run, result=result, flows=None)
+    written = write_report(run)
+    assert [p.name for p in written] == ["report.md", "report.html"]
+    report = written[0].read_text()
+    assert "## Plots" not in report
+    assert "## Headline metrics" in report and "## Flows" in report
+    # An emulated run keeps both durations.
+    run = write_run(tmp_path / "emulated", result=dict(result, scale={"tdf": 10.0}),
+                    flows=None)
+    assert "| **Duration** | 193 ms emulated (19.3 ms real) |" in \
+        write_report(run)[0].read_text()
 
 
 def test_minimal_result_still_reports(tmp_path):
@@ -254,14 +305,17 @@ def test_units_of_real_and_emulated_values():
 
 
 def test_a_description_cannot_open_a_block_that_swallows_the_report(tmp_path):
-    for description in ("```", "<details><summary>x</summary>", "# heading"):
-        run = write_run(tmp_path / "run", result={"scenario": "x",
-                                                  "description": description}, flows=None)
+    for description in ("```", "~~~ x", "<details><summary>x</summary>", "# heading",
+                        "    ```", "ok\n```", "ok\r```", "> quote", "[r]: javascript:x"):
+        run = write_run(tmp_path / "run", result={
+            "scenario": "x", "description": description,
+            "metrics": {"notes": [description, "fine"]}}, flows=None)
         write_report(run)
         page = (run / "report.html").read_text()
         assert '<h2 id="what-was-run">' in page and '<h2 id="files">' in page
+        assert "<li>fine</li>" in page
         assert "<pre>" not in page and page.count("<details>") == 0
-        assert page.count("<h1") == 1
+        assert page.count("<h1") == 1 and "<blockquote>" not in page
 
 
 def test_python_m_emu_report_rerenders_a_run(tmp_path):

@@ -1,15 +1,15 @@
 """Tests for emu.report.html: report.html from a synthetic results folder."""
 
 import base64
+import csv
 import re
-import time
 from html.parser import HTMLParser
 
 import pytest
 
 from emu.report import main, write_report
 from emu.report.html import render_html, write_html
-from test_report import (FLOW_WARNING, PNG_SIGNATURE, SATURATION_WARNING,
+from test_report import (FLOW_WARNING, FLOWS, PNG_SIGNATURE, SATURATION_WARNING,
                          synthetic_result, write_run)
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link",
@@ -108,17 +108,22 @@ def test_write_report_writes_self_contained_html(run):
         assert warning in text, warning
     assert "(ratio 0.41 &lt; 0.90)" in page
     assert checker.starts.count("blockquote") == 3
-    # Order: what was run, warnings, metrics, plots.
+    # Order: what was run, warnings, metrics, plots ... the configuration last.
     positions = [page.index(f'id="{anchor}"') for anchor in
                  ("what-was-run", "fidelity-warnings-3", "headline-metrics",
-                  "plots", "flows")]
+                  "plots", "flows", "files", "resolved-configuration")]
     assert positions == sorted(positions)
     assert page.index("netdev (OVS userspace datapath)") < page.index(SATURATION_WARNING)
     # Tables, the resolved configuration and lists survive the conversion.
     assert "<th>index</th><th>blackout (ms)</th><th>recovery (ms)</th>" in compact(page)
-    assert "<details><summary>Resolved configuration</summary>" in page
-    assert '<pre><code class="language-json">' in page
+    # The configuration's heading and sentence stay visible; its JSON is folded.
+    assert ('<h2 id="resolved-configuration">Resolved configuration</h2><p>The scenario as '
+            'run') in compact(page)
+    assert ('<details><summary>Show the configuration (JSON)</summary>'
+            '<pre><code class="language-json">{') in compact(page)
+    assert checker.starts.count("details") == 1 and checker.starts.count("pre") == 1
     assert "&quot;delay_real_ms&quot;: 20" in page
+    assert page.index("&quot;delay_real_ms&quot;: 20") < page.index("</details>")
     assert "<li><strong>4 flows</strong>: 1 failed, 3 ok</li>" in page
 
 
@@ -177,8 +182,6 @@ def test_markdown_subset():
         "",
         "</details>",
         "",
-        "```",
-        "never closed",
         "![missing](nothing.png)",
     ])
     page = render_html(markdown, None)
@@ -197,11 +200,13 @@ def test_markdown_subset():
     assert "<tr><td>-</td><td style=\"text-align:center\">-</td>" in compact(page)
     assert "<ol>\n<li>one</li>\n<li>two</li>\n</ol>" in page
     assert "<blockquote>\n<p>quoted <strong>text</strong>\nmore</p>\n</blockquote>" in page
-    assert "<details><summary>More &lt;b&gt;details&lt;/b&gt;</summary>" in page
+    # Raw HTML is text, in a paragraph or in code; a missing image is a link.
+    assert "<p>&lt;details&gt;&lt;summary&gt;More &lt;b&gt;details&lt;/b&gt;" \
+           "&lt;/summary&gt;</p>" in page
     assert "<pre><code>&lt;/details&gt; &lt;script&gt;\n</code></pre>" in page
-    # An unclosed fence does not swallow what follows; a missing image is a link.
-    assert "<p>```\nnever closed\n" in page
-    assert '<a class="missing-image" href="nothing.png">missing</a> (image not ' \
+    assert "<p>&lt;/details&gt;</p>" in page
+    assert "details" not in check_well_formed(page).starts
+    assert '<p><a class="missing-image" href="nothing.png">missing</a> (image not ' \
            'embedded)</p>' in page
 
 
@@ -236,49 +241,52 @@ def test_write_html_needs_report_md(tmp_path):
     assert '<h1 id="only-text">Only text</h1>' in path.read_text(encoding="utf-8")
 
 
-def test_only_the_reports_own_folds_render_as_folds():
+def test_only_the_configuration_code_block_is_folded():
     markdown = "\n".join([
-        "<details><summary>Outer *a* <i>b</i></summary>",
-        "",
-        "inside <b>bold</b>",
-        "",
-        "<details><summary>Inner</summary>",
+        "<details><summary>Raw *a* <i>b</i></summary>",
         "",
         "```",
-        "</details>",
+        "first",
         "```",
         "",
         "</details>",
         "",
-        "</details>",
+        "## Resolved configuration",
         "",
-        "</details>",
+        "> ```",
+        "> quoted",
+        "> ```",
         "",
-        "- <details><summary>in a list</summary>",
+        "```json",
+        '{"a": "</details><script>alert(1)</script>"}',
+        "```",
         "",
-        "</details>",
+        "```",
+        "second block",
+        "```",
         "",
-        "<details><summary>never closed</summary>",
+        "### Resolved configuration",
         "",
-        "<div onclick=alert(1)>",
-        "<script>alert(2)</script>",
-        "</div>",
+        "```",
+        "an h3 is another section",
+        "```",
     ])
     page = render_html(markdown, None)
     checker = check_well_formed(page)
-    assert checker.starts.count("details") == 2 and checker.starts.count("summary") == 2
-    assert not {"i", "b", "div", "script"} & set(checker.starts)
-    # Summary and body are Markdown: emphasis works, HTML stays text.
-    assert "<details><summary>Outer <em>a</em> &lt;i&gt;b&lt;/i&gt;</summary>" in page
-    assert "<p>inside &lt;b&gt;bold&lt;/b&gt;</p>" in page
-    # A </details> in a code block is code; the folds nest.
-    assert ("<details><summary>Inner</summary>\n<pre><code>&lt;/details&gt;\n</code></pre>\n"
-            "</details>\n</details>") in page
-    # A stray closer, an opener without its closer, and one in a list item are text.
-    assert page.count("<p>&lt;/details&gt;</p>") == 2
-    assert "<li>&lt;details&gt;&lt;summary&gt;in a list&lt;/summary&gt;</li>" in page
-    assert "<p>&lt;details&gt;&lt;summary&gt;never closed&lt;/summary&gt;</p>" in page
-    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    # One fold, around the section's first top-level code block only.
+    assert checker.starts.count("details") == 1 and checker.starts.count("summary") == 1
+    assert not {"i", "script"} & set(checker.starts)
+    assert "<p>&lt;details&gt;&lt;summary&gt;Raw <em>a</em> &lt;i&gt;b&lt;/i&gt;" \
+           "&lt;/summary&gt;</p>" in page
+    assert ("<details>\n<summary>Show the configuration (JSON)</summary>\n"
+            '<pre><code class="language-json">{&quot;a&quot;: &quot;&lt;/details&gt;'
+            "&lt;script&gt;alert(1)&lt;/script&gt;&quot;}\n</code></pre>\n</details>\n"
+            "<pre><code>second block") in page
+    assert "<blockquote>\n<pre><code>quoted\n</code></pre>\n</blockquote>" in page
+    # A section with no code block before the next heading folds nothing.
+    page = render_html("## Resolved configuration\n\nNone.\n\n## Next\n\n```\nx\n```\n",
+                       None)
+    assert "details" not in check_well_formed(page).starts
 
 
 def test_only_safe_link_schemes_are_kept():
@@ -326,13 +334,47 @@ def test_page_keeps_its_style_and_content_security_policy():
     assert "<title>Styled</title>" in page
 
 
-def test_odd_markdown_renders_in_linear_time():
-    # Unclosed folds and ever shorter unclosed fences: each is text, found in one pass.
-    markdown = "\n\n".join(["<details><summary>x</summary>"] * 3000
-                           + ["`" * (1000 - i) for i in range(900)] + ["</details>"])
-    started = time.monotonic()
-    page = render_html(markdown, None)
-    assert time.monotonic() - started < 10
-    check_well_formed(page)
-    # The last opener pairs with the one closer; the rest are text.
-    assert page.count("<details>") == 1 and page.count("<pre>") == 0
+def test_hostile_values_cannot_swallow_the_page(tmp_path):
+    # Every kind of value report.md prints, each trying to start a block of its
+    # own on a new line: a fence that never closes, a heading, a fold, a quote.
+    hostile = "x\n```\n# h\r~~~\r\n<details><summary>s</summary>\n> q"
+    result = synthetic_result()
+    # (The scenario also titles the plots: no carriage return there, which has no glyph.)
+    result.update({"scenario": hostile.replace("\r", " "), "description": hostile,
+                   "started": hostile, "datapath": hostile, "versions": {hostile: hostile},
+                   "warnings": [hostile]})
+    result["fabric"].update({"spec": hostile, "hosts": hostile})
+    result["config"]["note"] = hostile + "\n```"
+    result["fidelity"]["cpu"]["processes"] = {hostile: {"mean_pct_of_core": 1.0}}
+    result["fidelity"]["cpu"]["samples"] = hostile
+    result["fidelity"]["flows_checked"] = hostile
+    result["fidelity"]["alone_flows"][0]["id"] = hostile
+    result["metrics"].update({hostile: hostile, "notes": [hostile, "```", "~~~"],
+                              "list_" + hostile: [{hostile: hostile}]})
+    flows = [dict(row, id=hostile, src=hostile, status=hostile) for row in FLOWS]
+    run = write_run(tmp_path / "run", result=result, flows=None)
+    with (run / "flows.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(FLOWS[0]))
+        writer.writeheader()
+        writer.writerows(flows)
+    (run / "x\n```").write_text("a file whose name opens a fence")
+    main([str(run)])
+    # Lines as CommonMark reads them ("\r" ends one too): the only fence lines
+    # are the configuration's own, at the end.
+    lines = re.split(r"\r\n?|\n", (run / "report.md").read_text(encoding="utf-8").rstrip())
+    fences = [i for i, line in enumerate(lines) if line.lstrip("> -").startswith(("```", "~~~"))]
+    assert [lines[i] for i in fences] == ["```json", "```"] and fences[-1] == len(lines) - 1
+    page = (run / "report.html").read_text(encoding="utf-8")
+    checker = check_well_formed(page)
+    # Every section is there, in order, and the one code block is the configuration's.
+    positions = [page.index(f'<h2 id="{anchor}"') for anchor in
+                 ("what-was-run", "fidelity-warnings-3", "headline-metrics",
+                  "reading-the-figures", "steps", "plots", "flows", "files",
+                  "resolved-configuration")]
+    assert positions == sorted(positions)
+    assert checker.starts.count("pre") == 1 and checker.starts.count("details") == 1
+    assert checker.starts.count("h1") == 1 and checker.starts.count("blockquote") == 3
+    assert checker.starts.count("summary") == 1
+    assert page.index("<pre>") > page.index('id="resolved-configuration"')
+    assert checker.starts.count("img") == 2
+    assert "&lt;details&gt;&lt;summary&gt;s&lt;/summary&gt;" in page
