@@ -1,63 +1,52 @@
-"""Per-fabric analytic counts, graph measurement and full-scale parameters, by name.
+"""Analytic counts, graph measurement and full-scale parameters of the registered fabrics.
 
-``analytic_counts("zcube", n=128)`` never builds a graph; ``measure_fabric(f)``
-counts a built one with the builder's own bisection cut; ``scaled_params``
-maps a GPU count and an EPS radix to each builder's parameters, so the
-same scale can be asked of every fabric.
+The fabrics are registered once, with their counts, bisection cuts and
+scaling rules, in `topologies.registry`; this module counts with them.
+``analytic_counts("zcube", n=128)`` never builds a graph;
+``measure_fabric(f)`` counts a built one with the builder's own bisection
+cut; ``scaled_params`` maps a GPU count and an EPS radix to each builder's
+full-scale parameters (`registry.params_at`), so the same scale can be asked
+of every fabric.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Dict
+from typing import List
 
-from topologies import (fattree_os, hpn, rail_fabric, rail_only, railfly, rfabric, roft, sip_ocs,
-                        zcube)
+from topologies import registry
 from topologies.counts import FabricCounts, measure
 from topologies.fabric import Fabric, FabricError
 
-MODULES: Dict[str, ModuleType] = {
-    "clos": fattree_os,
-    "fattree-os": fattree_os,
-    "fattree-os-edge": fattree_os,
-    "roft": roft,
-    "rail-only": rail_only,
-    "hpn": hpn,
-    "sip-ocs": sip_ocs,
-    "rfabric": rfabric,
-    "zcube": zcube,
-    "railfly": railfly,
-    "rail-fabric": rail_fabric,
-}
-TRANSIT_HOSTS = frozenset({"sip-ocs"})
-VARIANT_COUNTS = {           # registry names that share a module with another name
-    "clos": fattree_os.counts_nonblocking,
-    "fattree-os-edge": fattree_os.counts_edge,
-}
+
+def names() -> List[str]:
+    """The registered fabrics that have analytic counts, sorted."""
+    return sorted(name for name, entry in registry.FABRICS.items() if entry.counts)
 
 
-def _module(name: str) -> ModuleType:
-    if name not in MODULES:
-        raise FabricError(f"no analytic counts for {name!r}; known: {', '.join(sorted(MODULES))}")
-    return MODULES[name]
+def _counted(name: str) -> registry.FabricEntry:
+    entry = registry.FABRICS.get(name)
+    if entry is None or entry.counts is None:
+        raise FabricError(f"no analytic counts for {name!r}; known: {', '.join(names())}")
+    return entry
 
 
 def analytic_counts(name: str, **params) -> FabricCounts:
-    if name in VARIANT_COUNTS:
-        return VARIANT_COUNTS[name](**params)
-    return _module(name).counts(**params)
+    return _counted(name).counts(**params)
 
 
 def measure_fabric(fabric: Fabric, with_diameter: bool = True) -> FabricCounts:
     """Counts of a built fabric, cut where its builder says its bisection is."""
-    module = MODULES.get(fabric.name)
-    half = module.bisection_half(fabric) if module else None
-    return measure(fabric, half=half, transit_hosts=fabric.name in TRANSIT_HOSTS,
+    entry = registry.FABRICS.get(fabric.name)
+    half = entry.bisection_half(fabric) if entry and entry.bisection_half else None
+    return measure(fabric, half=half, transit_hosts=bool(entry and entry.transit_hosts),
                    with_diameter=with_diameter)
 
 
 def scaled_params(name: str, gpus: int, radix: int) -> dict:
-    return _module(name).scaled_params(gpus, radix)
+    """Builder parameters of ``name`` at full scale: ``gpus`` GPUs, radix-``radix``
+    packet switches, the texts' servers."""
+    _counted(name)
+    return registry.params_at(name, gpus, radix=radix)
 
 
 def counts_at_scale(name: str, gpus: int, radix: int) -> FabricCounts:

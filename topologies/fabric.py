@@ -43,8 +43,36 @@ MEDIA = ("electrical", "fiber", "ocs")
 Circuit = Tuple[int, int]
 
 
+#: GPUs per server of the texts' full-scale fabrics (eight-GPU servers).
+TEXT_GPUS_PER_SERVER = 8
+
+
 class FabricError(ValueError):
     """A fabric was asked for something its wiring does not allow."""
+
+
+class ScaleError(FabricError):
+    """A fabric has no build at the GPU count it was asked for.
+
+    ``reason`` reads after the fabric's registry name ("has no k with k^3/4 =
+    24 GPUs"); ``instead`` names a registered fabric of the same kind that
+    builds at any GPU count, when there is one.
+    """
+
+    def __init__(self, name: str, reason: str, instead: Optional[str] = None):
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+        self.instead = instead
+
+    def naming(self, key: str, allowed: Iterable[str]) -> str:
+        """The message for a scenario: the key that asked for the fabric, why it
+        does not build, and the values ``key`` allows."""
+        allowed = ", ".join(allowed)
+        if self.instead:
+            return (f"{key}: {self.name!r} {self.reason}; use {self.instead!r} "
+                    f"(allowed: {allowed})")
+        return f"{key}: {self.name!r} {self.reason}; allowed: {allowed}"
 
 
 def host_ip(index: int) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import Fabric, FabricError, ScaleError
 
 
 def build(k: int = 4, gbps: float = 400.0, hosts_per_edge: Optional[int] = None) -> Fabric:
@@ -54,3 +54,14 @@ def build(k: int = 4, gbps: float = 400.0, hosts_per_edge: Optional[int] = None)
             for core in cores[i * half:(i + 1) * half]:
                 fabric.add_link(agg, core, gbps)
     return fabric
+
+
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """The k whose fat-tree has ``gpus`` = k^3/4 hosts; k sets the radix and
+    the hosts per edge switch, so the other arguments do not apply.  Raises
+    ScaleError when no even k gives ``gpus`` (the folded Clos builds any count)."""
+    k = round((4 * gpus) ** (1 / 3))
+    if k ** 3 != 4 * gpus or k % 2:
+        raise ScaleError("fattree", f"has no k with k^3/4 = {gpus} GPUs", instead="clos")
+    return {"k": k}

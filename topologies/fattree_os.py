@@ -31,7 +31,7 @@ with 32 of 64 ports down and 11 up would buy a third of its ports for nothing.
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from topologies import clos
 from topologies.counts import FabricCounts
@@ -118,5 +118,8 @@ def bisection_half(fabric: Fabric) -> List[int]:
     return list(range(fabric.params["gpus"] // 2))
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    return {"gpus": gpus, "radix": radix}
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """``gpus`` GPUs on radix-``radix`` switches, the same rule at every scale;
+    servers only label the hosts, so ``gpus_per_server`` is passed on when given."""
+    return {"gpus": gpus, "radix": radix, "gpus_per_server": gpus_per_server}

@@ -29,10 +29,10 @@ count of every switch), ``nic_gbps`` (200), ``uplink_gbps`` (400).
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from topologies.counts import FabricCounts, cable_modules
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import TEXT_GPUS_PER_SERVER, Fabric, FabricError
 
 PLANES = 2
 
@@ -113,5 +113,9 @@ def bisection_half(fabric: Fabric) -> List[int]:
     return list(range(fabric.params["gpus"] // 2))
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    return {"gpus": gpus, "gpus_per_server": 8, "radix": radix}
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """``gpus`` GPUs in servers of ``gpus_per_server`` (the texts' eight by
+    default) on radix-``radix`` switches, the same rule at every scale."""
+    return {"gpus": gpus, "gpus_per_server": gpus_per_server or TEXT_GPUS_PER_SERVER,
+            "radix": radix}

@@ -34,12 +34,12 @@ def _make_topos():
                 raise FabricError(f"{name}: {len(args)} positional arguments, it takes "
                                   f"{len(names)}: {', '.join(names)}")
             kwargs.update(zip(names, args))
-            fabric = registry.BUILDERS[name](**registry.check_args(name, kwargs))
+            fabric = registry.build(name, **kwargs)
             return FabricTopo(fabric, **topo_opts)
         make.__name__ = f"{name.replace('-', '_')}_topo"
         return make
 
-    return {name: topo_for(name) for name in registry.BUILDERS}
+    return {name: topo_for(name) for name in registry.names()}
 
 
 topos = _make_topos()

@@ -47,13 +47,13 @@ leaving the lanes to pinned KV flows (`traffic.fastlane`, `controllers.pins`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import networkx as nx
 import numpy as np
 
 from topologies.counts import FabricCounts, cable_modules
-from topologies.fabric import EPS, Fabric, FabricError
+from topologies.fabric import EPS, TEXT_GPUS_PER_SERVER, Fabric, FabricError
 
 ATTEMPTS = 50
 
@@ -207,9 +207,15 @@ def bisection_half(fabric: Fabric) -> List[int]:
     return list(range(len({d["gpu"] for _, d in fabric.graph.nodes(data=True) if "gpu" in d}) // 2))
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    """The text's cell: 32 downlinks per switch, two NIC ports per GPU, d = q = 8,
-    two fifths of the switches D-heavy (P:D = 3:2)."""
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """A Rail-Fabric with ``gpus`` GPUs.  Small (emulated): `small_params`, with
+    servers of ``gpus_per_server`` GPUs (eight by default).  Full scale: the
+    text's cell, 32 downlinks per switch, two NIC ports per GPU, d = q = 8,
+    two fifths of the switches D-heavy (P:D = 3:2); its ports are fixed by
+    the cell, so ``radix`` does not apply."""
+    if small:
+        return small_params(gpus, gpus_per_server or TEXT_GPUS_PER_SERVER)
     switches = max(2, gpus * 2 // 32)
     d_switches = int(round(switches * 0.4 / 2)) * 2
     return {"switches": switches, "downlinks": 32, "degree": 8, "fast_lanes": 8,

@@ -30,11 +30,11 @@ emulator's bandwidth ratio), ``tiers`` (per rail; 0 = fewest).
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from topologies import clos
 from topologies.counts import FabricCounts
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import TEXT_GPUS_PER_SERVER, Fabric, FabricError
 from topologies.routing import NextHops
 
 
@@ -102,5 +102,9 @@ def rail_aligned(fabric: Fabric, table: NextHops) -> NextHops:
     return result
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    return {"gpus": gpus, "gpus_per_server": 8, "radix": radix}
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """``gpus`` GPUs in servers of ``gpus_per_server`` (the texts' eight by
+    default) on radix-``radix`` switches, the same rule at every scale."""
+    return {"gpus": gpus, "gpus_per_server": gpus_per_server or TEXT_GPUS_PER_SERVER,
+            "radix": radix}

@@ -28,10 +28,10 @@ Parameters: ``rails`` (K, even), ``servers`` (GPU ports per rail switch),
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from topologies.counts import FabricCounts, cable_modules
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import Fabric, FabricError, ScaleError
 
 
 def _check(rails: int, servers: int, mesh_links: int) -> None:
@@ -89,11 +89,27 @@ def bisection_half(fabric: Fabric) -> List[int]:
 LARGEST_CHASSIS = 768    # H3C S12500R, the largest rail switch in the text's table
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    """Eight rails, one RailFly unit: each rail switch needs gpus/8 + 7 ports,
-    a modular chassis when that exceeds `radix` (the text's table goes to 768)."""
-    ports = gpus // 8 + 7
-    if ports > max(radix, LARGEST_CHASSIS):
+TEXT_RAILS = 8
+SMALL_RAILS = 4          # 16 GPUs: 4 servers, rail switches of 4 + 3 ports
+
+
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """One RailFly unit with ``gpus`` GPUs.  A server holds one GPU per rail, so
+    the rail count sets the server and ``gpus_per_server`` does not apply.
+
+    Full scale: eight rails, each rail switch gpus/8 + 7 ports, a modular
+    chassis when that exceeds ``radix`` (the text's table goes to 768); a
+    partial server is left out.  Small (emulated): four rails, and ``gpus``
+    must fill whole servers (ScaleError otherwise).
+    """
+    if small:
+        if gpus % SMALL_RAILS:
+            raise ScaleError("railfly", f"needs a GPU count divisible by {SMALL_RAILS} rails, "
+                             f"have {gpus}")
+        return {"rails": SMALL_RAILS, "servers": gpus // SMALL_RAILS}
+    ports = gpus // TEXT_RAILS + TEXT_RAILS - 1
+    if ports > max(radix or 0, LARGEST_CHASSIS):
         raise FabricError(f"railfly: {gpus:,} GPUs need {ports:,}-port rail switches, more than "
                           f"the {LARGEST_CHASSIS}-port chassis of the text's table")
-    return {"rails": 8, "servers": gpus // 8}
+    return {"rails": TEXT_RAILS, "servers": gpus // TEXT_RAILS}

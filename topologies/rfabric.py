@@ -39,12 +39,13 @@ uplinks), ``gbps``, ``technology`` (OCS preset), ``circuits``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import networkx as nx
 
 from topologies.counts import FabricCounts, cable_modules, hop_distances
-from topologies.fabric import Circuit, Fabric, FabricError, normalize_circuit
+from topologies.fabric import (TEXT_GPUS_PER_SERVER, Circuit, Fabric, FabricError,
+                               normalize_circuit)
 
 CIRCUIT_SETS = ("mesh", "isolated", "none")
 
@@ -251,8 +252,14 @@ def bisection_half(fabric: Fabric) -> List[int]:
     return list(range(shape.pods * shape.tors * shape.per_tor // 2))
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    """Figure 5's PoD (32 servers x 8 GPUs), half of the PoDs for Train."""
-    pods = max(1, gpus // 256)
-    return {"pods": pods, "train_pods": pods // 2, "servers_per_pod": 32, "gpus_per_server": 8,
-            "radix": radix}
+TEXT_SERVERS_PER_POD = 32      # Figure 5's PoD
+
+
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """Figure 5's PoDs of 32 servers (of ``gpus_per_server`` GPUs, the texts'
+    eight by default) on radix-``radix`` switches, half of the PoDs for Train."""
+    per_server = gpus_per_server or TEXT_GPUS_PER_SERVER
+    pods = max(1, gpus // (TEXT_SERVERS_PER_POD * per_server))
+    return {"pods": pods, "train_pods": pods // 2, "servers_per_pod": TEXT_SERVERS_PER_POD,
+            "gpus_per_server": per_server, "radix": radix}

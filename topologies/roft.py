@@ -20,11 +20,11 @@ through the spines (3 hops) or the cores (5 hops: the text's "ROFT's 5 hops").
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from topologies import clos
 from topologies.counts import FabricCounts
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import TEXT_GPUS_PER_SERVER, Fabric, FabricError
 
 
 def layout(gpus: int, gpus_per_server: int, radix: int,
@@ -76,5 +76,9 @@ def bisection_half(fabric: Fabric) -> List[int]:
     return list(range(fabric.params["gpus"] // 2))
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    return {"gpus": gpus, "gpus_per_server": 8, "radix": radix}
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """``gpus`` GPUs on radix-``radix`` switches, servers of ``gpus_per_server``
+    GPUs (the texts' eight by default), the same rule at every scale."""
+    return {"gpus": gpus, "radix": radix,
+            "gpus_per_server": gpus_per_server or TEXT_GPUS_PER_SERVER}

@@ -32,7 +32,7 @@ fabrics; an assumption, SiP-ML's own GPUs had more), ``technology``.
 
 from __future__ import annotations
 
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import networkx as nx
 
@@ -132,5 +132,7 @@ def bisection_half(fabric: Fabric) -> List[int]:
     return list(range(fabric.params["gpus"] // 2))
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """``gpus`` GPUs on the flat panel: there are no packet switches or servers."""
     return {"gpus": gpus}

@@ -133,6 +133,8 @@ def select_path(fabric: Fabric, src_gpu: int, dst_gpu: int, tp_rank: Optional[in
     return paths(fabric, src_gpu, dst_gpu)[index]
 
 
-def scaled_params(gpus: int, radix: int) -> dict:
-    """ZCube's switch radix follows from the GPU count (2*sqrt(gpus) ports)."""
-    return {"n": cell(gpus)["n"]}
+def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[int] = None,
+              small: bool = False) -> dict:
+    """The cell of ``gpus`` GPUs: its switch radix follows from the GPU count
+    (2*sqrt(gpus) ports), so ``radix`` does not apply."""
+    return {"n": cell(gpus)["n"], "gpus_per_server": gpus_per_server}

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import (Callable, Dict, Iterable, List, Mapping, MutableMapping, Optional, Sequence,
                     Tuple)
 
-from topologies import rail_fabric
+from topologies import rail_fabric, registry
 from topologies.fabric import Fabric
 from traffic import kvcache
 from traffic.kvflows import KvTransfer, kv_transfer as base_kv_transfer, link_id, rank_paths
@@ -59,13 +59,13 @@ UNPLANNED = "unplanned"     # a flow the gate has no route for (admitted, not re
 def rail_fabric_spec(gpus: int, gpus_per_server: int) -> str:
     """A Rail-Fabric spec string with ``gpus`` GPUs, small enough to emulate.
 
-    `topologies.rail_fabric.small_params`: 16 GPUs give
-    ``rail-fabric,switches=8,downlinks=4,degree=2,d_degree=3,d_switches=4,
-    fast_lanes=3,seed=19,gpus_per_server=2`` (for gpus_per_server=2): 8
-    switches, 32 NIC-port hosts, 10 expander links and 12 fast lanes.
+    The registry's small build (`topologies.rail_fabric.small_params`): 16
+    GPUs give ``rail-fabric,switches=8,downlinks=4,degree=2,d_degree=3,
+    d_switches=4,fast_lanes=3,seed=19,gpus_per_server=2`` (for
+    gpus_per_server=2): 8 switches, 32 NIC-port hosts, 10 expander links and
+    12 fast lanes.
     """
-    params = rail_fabric.small_params(gpus, gpus_per_server)
-    return "rail-fabric," + ",".join(f"{key}={value}" for key, value in params.items())
+    return registry.spec_at("rail-fabric", gpus, gpus_per_server=gpus_per_server, small=True)
 
 
 # ---------------------------------------------------------------- lanes and routes

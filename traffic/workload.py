@@ -471,7 +471,7 @@ def qwen25_14b(**overrides) -> RLConfig:
 
 def qwen2_moe(gpus: int = 2048, **overrides) -> RLConfig:
     """Qwen2-57B-A14B (MoE) for the section 5 comparison, half the GPUs for
-    Train and half for Gen (as `topologies.rfabric.scaled_params` splits PoDs).
+    Train and half for Gen (as `topologies.rfabric.params_at` splits PoDs).
 
     The text gives no parallelism for it; ours: Train TP=4, PP=2, EP=4, DP
     from the GPU count; Gen TP=4, EP=4, DP from the GPU count (2048 GPUs:

@@ -29,7 +29,7 @@ def _price_keys(table: dict, prefix: str = ""):
 DEFAULT_PRICES = cost.load_prices()
 GPU_PRICE_KEY = "gpu.price"         # set by cost.gpu_price, not by cost.prices
 PRICE_KEYS = sorted(set(_price_keys(DEFAULT_PRICES)) - {GPU_PRICE_KEY})
-FABRICS = sorted(catalog.MODULES)
+FABRICS = catalog.names()
 TEXT_SCALE = f"{cost.TABLE6_GPUS:,} GPUs, radix {cost.TABLE6_RADIX}"
 
 SECTION = "cost"

@@ -30,7 +30,7 @@ FIELDS = {
     "gpus": Field(int, 16384, "GPU count", minimum=1),
     "radix": Field(int, 128, "packet-switch radix", minimum=2),
     "names": Field(list, list(report.SUMMARY_FABRICS), "fabrics to count", item=str,
-                   choices=sorted(catalog.MODULES)),
+                   choices=catalog.names()),
     "export": Field(str, "", "fabric spec to export, e.g. 'zcube,n=4'; empty = none",
                     check=_check_spec),
     "format": Field(str, "graphml", "export format", choices=FORMATS),

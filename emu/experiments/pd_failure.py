@@ -53,12 +53,15 @@ import dataclasses
 import time
 from typing import Dict, List, Optional, Sequence
 
-from emu.experiments import pd_inference as pd
+from emu.experiments import pd_setup
 from emu.experiments.base import Context, Experiment, Network, Outcome
+from emu.experiments.pd_serve import ServeSettings, serve
 from emu.schema import Field
 from topologies import registry
 from traffic import failover
 from traffic.flows import FlowDag
+from traffic.pdplan import plan
+from traffic.pdstats import percentile
 
 SECTION = "pd-failure"
 SUMMARY = "one ToR fails mid-stream on ROFT, HPN and ZCube: throughput and TTFT before/after, " \
@@ -74,7 +77,7 @@ MECHANISM = {
 
 _SHARED = ("workload", "requests", "rate_per_s", "seed", "tp", "placement", "tile", "pairing",
            "path_strategy", "d_credits", "prefill_ms_per_ktoken", "path_credits", "lock_wait_s")
-FIELDS = {key: pd.FIELDS[key] for key in _SHARED}
+FIELDS = {key: pd_setup.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabrics": Field(list, list(FABRICS), "fabrics to compare, in order, all at the GPU count "
                      "of fabric.spec", item=str),
@@ -117,10 +120,10 @@ def check(scenario) -> None:
     if s["failed_switch"] != "auto" and len(names) != 1:
         raise ValueError("pd-failure.failed_switch names a switch of one fabric: use it with "
                          "a single entry in pd-failure.fabrics, or 'auto'")
-    specs = pd.fabric_specs(scenario.config["fabric"]["spec"], names)
+    specs = pd_setup.fabric_specs(scenario.config["fabric"]["spec"], names)
     for name in names:
         fabric = registry.build(specs[name])
-        pd.check_fabric_fits(name, specs[name], fabric, s, SECTION)
+        pd_setup.check_fabric_fits(name, specs[name], fabric, s, SECTION)
         if s["failed_switch"] != "auto":
             tors = failover.tor_switches(fabric)
             if s["failed_switch"] not in tors:
@@ -149,7 +152,7 @@ def window_figures(rows: Sequence[dict], t_start: Optional[float] = None) -> dic
     ttft = [r["ttft_s"] for r in served]
     start = min(r["arrival_s"] for r in rows) if t_start is None else t_start
     span = max(r["kv_end_s"] for r in served) - start
-    figures.update(ttft_p50_s=pd.percentile(ttft, 50), ttft_p99_s=pd.percentile(ttft, 99),
+    figures.update(ttft_p50_s=percentile(ttft, 50), ttft_p99_s=percentile(ttft, 99),
                    kv_mean_s=sum(r["kv_s"] for r in served) / len(served))
     if span > 0:
         figures["throughput_emu_rps"] = len(served) / span
@@ -257,8 +260,9 @@ def summarize_repeats(rows: Sequence[dict]) -> dict:
 def run(ctx: Context) -> Outcome:
     s = ctx.settings
     scale = ctx.scale
-    specs = pd.fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"])
-    stream = pd.stream_of(s)
+    specs = pd_setup.fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"])
+    stream = pd_setup.stream_of(s)
+    serving = ServeSettings.from_context(ctx)
     index = fail_index(s)
     ctx.log(f"  {len(stream)} {s['workload']} requests at {s['rate_per_s']:g}/s real, the ToR "
             f"fails when request {index} arrives; {s['pairing']} pairing, "
@@ -268,10 +272,10 @@ def run(ctx: Context) -> Outcome:
     rows_out, windows_out, requests_out = [], [], []
     for name in s["fabrics"]:
         fabric = registry.build(specs[name])
-        topo = pd.topology(fabric, s["tp"])
-        place = pd.make_placement(topo, s)
-        planned = pd.plan(topo, place, stream, scale, s["pairing"], s["prefill_ms_per_ktoken"],
-                          s["seed"], s["path_strategy"])
+        topo = pd_setup.topology(fabric, s["tp"])
+        place = pd_setup.make_placement(topo, s)
+        planned = plan(topo, place, stream, scale, s["pairing"], s["prefill_ms_per_ktoken"],
+                       s["seed"], s["path_strategy"])
         dag = FlowDag.merge(*(x.transfer.dag for x in planned))
         switch = s["failed_switch"] if s["failed_switch"] != "auto" else failover.busiest_tor(
             fabric, [(f.src, f.dst, f.bytes) for f in dag.flows])
@@ -284,13 +288,16 @@ def run(ctx: Context) -> Outcome:
             for repeat in range(1, s["repeats"] + 1):
                 runs, folder = {}, ctx.run_dir / name / f"repeat{repeat}"
                 if s["baseline"]:
-                    runs["healthy"] = pd.serve(ctx, bed, f"{name} #{repeat} healthy", planned,
-                                               s["d_credits"], folder / "healthy")
+                    runs["healthy"] = serve(
+                        bed, planned, serving, s["d_credits"], folder / "healthy",
+                        progress=ctx.progress(f"{name} #{repeat} healthy KV flows"),
+                        record_flows=ctx.testbeds.record_flows)
                 event = ToRFailure(bed, switch, moves)
-                runs["failure"] = pd.serve(ctx, bed, f"{name} #{repeat} failure", planned,
-                                           s["d_credits"], folder / "failure",
-                                           events=[(t_fail, event)],
-                                           agent_hosts=sorted(h for h in moves.values() if h))
+                runs["failure"] = serve(
+                    bed, planned, serving, s["d_credits"], folder / "failure",
+                    progress=ctx.progress(f"{name} #{repeat} failure KV flows"),
+                    record_flows=ctx.testbeds.record_flows, events=[(t_fail, event)],
+                    agent_hosts=sorted(h for h in moves.values() if h))
                 bed.fail_switch(switch, up=True)     # the next repeat starts healthy
                 repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,
                                            repeat, outcome, windows_out, requests_out))

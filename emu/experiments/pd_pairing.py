@@ -9,7 +9,7 @@ on that D's NIC ports, where the streams share the ports and all finish
 late.  With credits the later ones wait, and the ones admitted finish at
 full speed.
 
-The same seeded stream (`pd_inference`'s planning: placement, prefill FIFO
+The same seeded stream (`traffic.pdplan`'s planning: placement, prefill FIFO
 per P, KV flows per TP rank) is served once per (pairing, credits) pair
 on one testbed, one after the other.  Reported per configuration: TTFT
 P50/P95/P99, throughput, KV transfer P99, the peak concurrent KV streams
@@ -29,11 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List
 
-from emu.experiments import pd_inference as pd
+from emu.experiments import pd_setup
 from emu.experiments.base import Context, Experiment, Network, Outcome
+from emu.experiments.pd_serve import ServeSettings, serve
 from emu.schema import Field
 from topologies import registry
 from traffic.pairing import PAIRINGS
+from traffic.pdplan import plan
 
 SECTION = "pd-pairing"
 SUMMARY = "P/D pairing strategies x KV ingress credits on/off on one fabric: TTFT P99, " \
@@ -41,10 +43,10 @@ SUMMARY = "P/D pairing strategies x KV ingress credits on/off on one fabric: TTF
 
 _SHARED = ("workload", "seed", "tp", "placement", "tile", "path_strategy", "path_credits",
            "lock_wait_s")
-FIELDS = {key: pd.FIELDS[key] for key in _SHARED}
+FIELDS = {key: pd_setup.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabric": Field(str, "zcube", "the fabric, at the GPU count of fabric.spec",
-                    choices=list(pd.FABRICS)),
+                    choices=list(pd_setup.FABRICS)),
     "pairings": Field(list, list(PAIRINGS), "pairing strategies to compare, in order",
                       item=str),
     "credits": Field(list, [2, 0], "KV streams a D accepts at once, one run each; 0: no "
@@ -84,8 +86,8 @@ def check(scenario) -> None:
     if bad or len(set(s["credits"])) != len(s["credits"]):
         raise ValueError(f"pd-pairing.credits={s['credits']}: each must be 0 (no credits) to 8, "
                          "without repeats")
-    spec = pd.fabric_specs(scenario.config["fabric"]["spec"], [s["fabric"]])[s["fabric"]]
-    pd.check_fabric_fits(s["fabric"], spec, registry.build(spec), s, SECTION, key="fabric")
+    spec = pd_setup.fabric_specs(scenario.config["fabric"]["spec"], [s["fabric"]])[s["fabric"]]
+    pd_setup.check_fabric_fits(s["fabric"], spec, registry.build(spec), s, SECTION, key="fabric")
 
 
 def notes(rows: List[dict]) -> List[str]:
@@ -105,11 +107,12 @@ def run(ctx: Context) -> Outcome:
     s = ctx.settings
     scale = ctx.scale
     name = s["fabric"]
-    spec = pd.fabric_specs(ctx.scenario.config["fabric"]["spec"], [name])[name]
-    stream = pd.stream_of(s)
+    spec = pd_setup.fabric_specs(ctx.scenario.config["fabric"]["spec"], [name])[name]
+    stream = pd_setup.stream_of(s)
+    serving = ServeSettings.from_context(ctx)
     fabric = registry.build(spec)
-    topo = pd.topology(fabric, s["tp"])
-    place = pd.make_placement(topo, s)
+    topo = pd_setup.topology(fabric, s["tp"])
+    place = pd_setup.make_placement(topo, s)
     configs = configurations(s)
     ctx.log(f"  {len(stream)} {s['workload']} requests at {s['rate_per_s']:g}/s real on {name} "
             f"({spec}): P {place.prefill}, D {place.decode}; {len(configs)} configurations")
@@ -119,11 +122,12 @@ def run(ctx: Context) -> Outcome:
         for index, (pairing, credits) in enumerate(configs, start=1):
             key = label(pairing, credits)
             folder = ctx.run_dir / name / f"{index:02d}-{pairing}-{credits or 'off'}"
-            planned = pd.plan(topo, place, stream, scale, pairing, s["prefill_ms_per_ktoken"],
-                              s["seed"], s["path_strategy"])
-            served = pd.serve(ctx, bed, f"[{index}/{len(configs)}] {key}:", planned,
-                              credits or None, folder / "flows",
-                              links_dir=folder if s["link_capture"] else None)
+            planned = plan(topo, place, stream, scale, pairing, s["prefill_ms_per_ktoken"],
+                           s["seed"], s["path_strategy"])
+            served = serve(bed, planned, serving, credits or None, folder / "flows",
+                           progress=ctx.progress(f"[{index}/{len(configs)}] {key}: KV flows"),
+                           record_flows=ctx.testbeds.record_flows,
+                           links_dir=folder if s["link_capture"] else None)
             if not outcome.t0:
                 outcome.t0 = served.t0
             outcome.flows += [dataclasses.replace(f, id=f"{index:02d}:{f.id}", group=key)

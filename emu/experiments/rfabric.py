@@ -52,7 +52,7 @@ from controllers.proxy_core import MODES, ControlProxy
 from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
 from emu.schema import Field
 from topologies import cost, registry
-from topologies.fabric import Fabric, FabricError
+from topologies.fabric import Fabric, FabricError, ScaleError
 from traffic.phases import Schedule, build_phases
 from traffic.ranks import Parallelism
 from emu.live.rlreplay import IterationRun, IterationRunner
@@ -112,7 +112,9 @@ def workload(settings) -> RLConfig:
 
 def fabric_specs(spec: str, names, preset: str) -> Dict[str, str]:
     """Spec of each fabric at the GPU count, radix and GPUs per server of ``spec``
-    (the rfabric under test); raises ValueError naming ``rfabric.fabrics``."""
+    (the rfabric under test), by each fabric's small-build rule
+    (`topologies.registry.spec_at`), with ``preset`` as the technology of every
+    fabric that has OCS; raises ValueError naming ``rfabric.fabrics``."""
     reference = registry.build(spec)
     if reference.name != "rfabric":
         raise ValueError(f"fabric.spec must be an rfabric spec (the fabric under test), "
@@ -123,16 +125,13 @@ def fabric_specs(spec: str, names, preset: str) -> Dict[str, str]:
     for name in names:
         if name == "rfabric":
             specs[name] = f"{spec},technology={preset}"
-        elif name == "fattree":
-            k = round((4 * gpus) ** (1 / 3))
-            if k ** 3 != 4 * gpus or k % 2:
-                raise ValueError(f"rfabric.fabrics: 'fattree' has no k with k^3/4 = {gpus} "
-                                 f"GPUs; use 'clos' (allowed: {', '.join(FABRICS)})")
-            specs[name] = f"fattree,k={k}"
-        elif name == "sip-ocs":
-            specs[name] = f"sip-ocs,gpus={gpus},technology={preset}"
         elif name in FABRICS:
-            specs[name] = f"{name},gpus={gpus},radix={radix},gpus_per_server={per_server}"
+            ocs = {"technology": preset} if "technology" in registry.parameters(name) else {}
+            try:
+                specs[name] = registry.spec_at(name, gpus, radix=radix,
+                                               gpus_per_server=per_server, small=True, **ocs)
+            except ScaleError as exc:
+                raise ValueError(exc.naming("rfabric.fabrics", FABRICS)) from None
         else:
             raise ValueError(f"rfabric.fabrics: unknown fabric {name!r}; allowed: "
                              f"{', '.join(FABRICS)}")

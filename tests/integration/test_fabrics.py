@@ -22,7 +22,7 @@ from topologies.fabric import EPS, HOST, OCS
 
 pytestmark = pytest.mark.require_root
 
-FABRICS = sorted(registry.BUILDERS)
+FABRICS = sorted(registry.names())
 PINGS = 200
 
 

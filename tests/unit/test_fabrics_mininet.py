@@ -47,7 +47,7 @@ def test_ocs_become_prefixed_switches_and_switch_opts_pass_through():
 
 def test_mn_custom_offers_every_registered_fabric():
     topos = load_mn_custom()["topos"]
-    assert set(topos) == set(registry.BUILDERS)
+    assert set(topos) == set(registry.names())
     topo = topos["zcube"](n=3, bw_factor=0.01)          # what --topo zcube,n=3 passes
     assert len(topo.hosts()) == 18
     assert topo.linkInfo(*topo.links()[0])["bw"] == pytest.approx(2000.0)

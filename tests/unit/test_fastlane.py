@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import networkx as nx
 import pytest
 
-from emu.experiments import pd_inference as pd
+from emu.experiments import pd_setup
 from traffic.scale import Scale
 from topologies import catalog, rail_fabric, registry, routing
 from topologies.fabric import Fabric, FabricError
@@ -16,6 +16,9 @@ from traffic import fastlane as fl
 from traffic import kvcache
 from traffic.flows import FlowDag
 from traffic.kvflows import kv_transfer, link_id, rank_paths
+from traffic.pdgate import CreditGate
+from traffic.pdplan import plan
+from traffic.pdstats import peak_concurrency
 from traffic.placement import PlacementError, Topology, placement
 from traffic.requests import Request
 
@@ -50,7 +53,7 @@ def request(rid="r1", prompt=32_768, cached=0):
 def test_spec_at_the_reference_gpu_count(fabric, topo, place):
     assert fl.rail_fabric_spec(16, 2) == SPEC_16
     assert len(fabric.eps_switches) == 8 and len(fabric.hosts) == 32
-    assert pd.gpu_count(fabric) == 16
+    assert pd_setup.gpu_count(fabric) == 16
     assert len(topo.nodes) == 8 and all(node.tp == 2 for node in topo.nodes)
     assert all(len(hosts) == 2 for hosts in topo.gpu_hosts.values()), "two NIC ports per GPU"
     assert (len(place.prefill), len(place.decode), len(place.flex)) == (3, 2, 3)
@@ -71,7 +74,7 @@ def test_small_build_never_parallels_a_lane_and_its_expander_stands_alone(fabric
 @pytest.mark.parametrize("gpus", [32, 64])
 def test_small_params_scale_with_the_gpu_count(gpus):
     fabric = registry.build(fl.rail_fabric_spec(gpus, 8))
-    assert pd.gpu_count(fabric) == gpus
+    assert pd_setup.gpu_count(fabric) == gpus
     assert len(fabric.eps_switches) == gpus // 2
     counts = catalog.measure_fabric(fabric, with_diameter=False)
     params = rail_fabric.small_params(gpus, 8)
@@ -341,10 +344,10 @@ SCALE = Scale.from_rates(200, 10, tdf=10)
 
 
 def lane_plan(topo, threshold_bytes=fl.LARGE_KV_BYTES):
-    """pd.plan, then each request's transfer again over fast lanes (what the
+    """pdplan.plan, then each request's transfer again over fast lanes (what the
     scenario would do inside plan)."""
-    place = pd.make_placement(topo, SETTINGS)
-    planned = pd.plan(topo, place, pd.stream_of(SETTINGS), SCALE, "fixed", 5.0, 1)
+    place = pd_setup.make_placement(topo, SETTINGS)
+    planned = plan(topo, place, pd_setup.stream_of(SETTINGS), SCALE, "fixed", 5.0, 1)
     use = Counter()
     lanes = [fl.kv_transfer(topo, x.request, x.p, x.d, threshold_bytes, on_home=x.on_home,
                             planned=use, at_s=x.prefill_end_s,
@@ -382,7 +385,7 @@ def test_credits_then_lanes_never_exceed_either_limit(topo):
     assert any(t.large for t in lanes) and not all(t.large for t in lanes), \
         "the default threshold should split this stream into large and short"
     pins = set()
-    credit = pd.CreditGate(planned, limit=2, clock=lambda: 0.0)
+    credit = CreditGate(planned, limit=2, clock=lambda: 0.0)
 
     def pin(fid, path):
         assert fid not in pins
@@ -406,5 +409,5 @@ def test_credits_then_lanes_never_exceed_either_limit(topo):
         key = lane_gate.table.key(lane_gate.routes[fid])
         by_key.setdefault(key, []).append((started[fid], ended[fid]))
     for key, spans in by_key.items():
-        assert pd.peak_concurrency(spans) == 1, f"{key} carried flows at once: {spans}"
+        assert peak_concurrency(spans) == 1, f"{key} carried flows at once: {spans}"
     assert lane_gate.summary()["lane_flows_count"] == len(large_flows)

@@ -7,9 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from emu.experiments import pd_failure as pf
-from emu.experiments import pd_inference as pd
 from emu import scenario as scenarios
-from tests.unit.test_pd_inference import _plan, _result
 
 
 def _row(arrival, ttft, kv=0.5, served=True):
@@ -111,24 +109,6 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     assert event.moved == ["a"], "a finished flow is not counted as moved"
     assert event.rehosted == ["g"]
     assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"
-
-
-def test_ingress_series_steps_per_d():
-    rows = [{"d": 1, "kv_start_s": 0.0, "kv_end_s": 2.0}, {"d": 1, "kv_start_s": 1.0,
-                                                             "kv_end_s": 3.0},
-            {"d": 2, "kv_start_s": 0.5, "kv_end_s": 1.0}, {"d": 2}]
-    series = pd.ingress_series(rows)
-    assert [(r["d"], r["t_s"], r["streams_count"]) for r in series] == [
-        (1, 0.0, 1), (1, 1.0, 2), (1, 2.0, 1), (1, 3.0, 0), (2, 0.5, 1), (2, 1.0, 0)]
-
-
-def test_moved_flows_do_not_count_against_serving():
-    _, _, planned = _plan()
-    x = planned[0]
-    flows = [_result(f"{x.id}-r0", 1, 2, "moved"), _result(f"{x.id}-r0~m1", 2, 3),
-             _result(f"{x.id}-r1", 1, 2)]
-    row = pd.request_rows([x], flows, 0.0)[0]
-    assert row["served"] and row["moved_flows_count"] == 1 and row["kv_end_s"] == 3
 
 
 def test_repeats_sum_counts_average_figures_and_keep_the_spread():

@@ -43,6 +43,24 @@ def test_specs_match_the_rfabric_gpu_count():
     assert {rfab.graph.nodes[o]["technology"] for o in rfab.ocs_switches} == {"piezo"}
 
 
+def test_specs_of_every_fabric_are_pinned():
+    assert rf.fabric_specs("rfabric,pods=2,train_pods=1", rf.FABRICS, "piezo") == {
+        "fattree": "fattree,k=4", "clos": "clos,gpus=16,radix=8,gpus_per_server=2",
+        "fattree-os": "fattree-os,gpus=16,radix=8,gpus_per_server=2",
+        "roft": "roft,gpus=16,radix=8,gpus_per_server=2",
+        "sip-ocs": "sip-ocs,gpus=16,technology=piezo",
+        "rfabric": "rfabric,pods=2,train_pods=1,technology=piezo"}
+    assert rf.fabric_specs("rfabric,pods=4,train_pods=2,gpus_per_server=4,radix=16",
+                           ["clos", "roft"], "mems") == {
+        "clos": "clos,gpus=64,radix=16,gpus_per_server=4",
+        "roft": "roft,gpus=64,radix=16,gpus_per_server=4"}
+    with pytest.raises(ValueError) as error:
+        rf.fabric_specs("rfabric,pods=3,train_pods=1", ["clos", "fattree"], "mems")
+    assert str(error.value) == ("rfabric.fabrics: 'fattree' has no k with k^3/4 = 24 GPUs; "
+                                "use 'clos' (allowed: fattree, clos, fattree-os, roft, sip-ocs, "
+                                "rfabric)")
+
+
 def test_check_names_the_key_and_the_allowed_values():
     with pytest.raises(ScenarioError, match=r"'rfabric.fabrics' has 'zcube'; allowed: fattree"):
         scenarios.load("rfabric", ["rfabric.fabrics=zcube"])
