@@ -20,6 +20,7 @@ setup(
         "numpy>=1.24",
         "matplotlib>=3.7",
         "psutil>=5.9",
+        "pyroute2>=0.9",
         "markdown-it-py>=3.0",
     ],
     entry_points={"console_scripts": ["fabric-emu=emu.run:main"]},

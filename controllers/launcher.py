@@ -1,10 +1,14 @@
-"""Start the fabric controller in its own process.
+"""Start the fabric controller in its own process, for one data plane.
 
-os-ken 4.x has no ``osken-manager``, so this wraps
-``AppManager.run_apps()``.  The OpenFlow listener binds to 127.0.0.1 only;
-the control channel is a 0600 Unix socket.
+``--dataplane ovs``: os-ken's ``AppManager`` runs the OpenFlow app
+(`controllers.openflow.app`; os-ken 4.x has no ``osken-manager``), whose
+OpenFlow listener binds to 127.0.0.1 only.  ``--dataplane linux``: the
+netlink daemon (`controllers.netlink.daemon`) drives kernel routers and tc
+patch panels in the switches' namespaces.  Either way the control channel is
+a 0600 Unix socket.
 
-    python -m controllers.launcher --fabric F.json --socket S --ofp-port 6653
+    python -m controllers.launcher --fabric F.json --socket S --dataplane ovs --ofp-port 6653
+    python -m controllers.launcher --fabric F.json --socket S --dataplane linux
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 LOOPBACK = "127.0.0.1"
+DATAPLANES = ("ovs", "linux")
 
 
 def parse_args(argv):
@@ -23,20 +29,22 @@ def parse_args(argv):
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--fabric", required=True, help="fabric JSON written by the runner")
     parser.add_argument("--socket", required=True, help="control channel Unix socket path")
-    parser.add_argument("--ofp-port", type=int, required=True, help="OpenFlow TCP port")
+    parser.add_argument("--dataplane", choices=DATAPLANES, default="ovs",
+                        help="ovs: OpenFlow to Open vSwitch; linux: netlink to kernel routers")
+    parser.add_argument("--ofp-port", type=int, help="OpenFlow TCP port (ovs)")
     parser.add_argument("--tdf", type=float, default=1.0, help="time-dilation factor")
     parser.add_argument("--dataplane-sync", action="store_true",
-                        help="confirm datapath changes through the local ovs-vswitchd")
+                        help="ovs: confirm datapath changes through the local ovs-vswitchd")
     parser.add_argument("--verbose", action="store_true")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.dataplane == "ovs" and args.ofp_port is None:
+        parser.error("--dataplane ovs needs --ofp-port")
+    return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from controllers.openflow.compat import FRAMEWORK, app_manager, cfg
+def run_openflow(args) -> int:
     from controllers.openflow.app import LaunchSettings
+    from controllers.openflow.compat import FRAMEWORK, app_manager, cfg
 
     LaunchSettings.fabric_path = args.fabric
     LaunchSettings.socket_path = args.socket
@@ -62,6 +70,30 @@ def main(argv=None) -> int:
                                               args.ofp_port)
     app_manager.AppManager.run_apps(["controllers.openflow.app"])
     return 0
+
+
+def run_netlink(args) -> int:
+    from controllers.netlink.daemon import serve
+
+    stopping = threading.Event()
+
+    def stop(signum, _frame):
+        logging.getLogger("fabric.launcher").info("signal %d: stopping", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    logging.getLogger("fabric.launcher").info("netlink controller (kernel data plane)")
+    serve(args.fabric, args.socket, args.tdf, stopping)
+    logging.shutdown()
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run_openflow(args) if args.dataplane == "ovs" else run_netlink(args)
 
 
 if __name__ == "__main__":

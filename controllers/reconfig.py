@@ -6,14 +6,17 @@ Steps, each confirmed by the applier (OpenFlow: barriers) before the next begins
    circuits; a destination that only the torn circuits reach keeps its
    route (there is nowhere to move it, and dropping it at the EPS would
    start its outage before the OCS goes dark);
-2. tear those circuits down and, in the same round of barriers, point the
+2. tear those circuits down, alone in their round, and confirm the data
+   plane applied it (``sync``: a barrier reply does not prove that Open
+   vSwitch's userspace datapath stopped forwarding); then point the
    stranded destinations at the circuits about to light (they are dark, so
-   nothing flows early, and traffic resumes the moment they light); then
-   confirm the datapath applied it (``sync``: a barrier reply does not
-   prove that Open vSwitch's userspace datapath stopped forwarding);
-3. keep the affected ports dark for the injected delay.  The datapath
-   applies a change somewhere between sending it and the confirmation, so
-   the dark time is counted from the middle of the tear round;
+   nothing flows early, and traffic resumes the moment they light).  The
+   tear goes first, so that a repointed route meets a dark port, never an
+   old circuit that still leads to another ToR;
+3. keep the affected ports dark for the injected delay.  The data plane
+   applies a change somewhere between sending it and its confirmation, so
+   the dark time is counted from the middle of the tear round, which holds
+   the tear alone to keep that window short;
 4. light the new circuits, and confirm the datapath applied it.  Lighting
    takes time (flow-mods, barrier, datapath flush), so it is started
    ``light_lead_s`` early: half the lighting round the caller measured
@@ -56,15 +59,16 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     stamps["routes_moved"] = clock()
 
     repoint = eps.reroute(interim, fill_missing_from=eps.routes_for(target))
-    # The tear is sent first: a repointed route must meet a dark port, not an old circuit
-    # that still leads to another ToR (which would send it back: an outage before the dark).
-    batch = {ocs.name: ocs.tear(plan)} if plan.tear else {}
-    batch.update(repoint)
     stamps["tear_sent"] = clock()
-    apply(batch)
     if plan.tear:
+        apply({ocs.name: ocs.tear(plan)})
         sync()
     stamps["torn"] = clock()
+    # Only now: a repointed route must meet a dark port, not an old circuit that
+    # still leads to another ToR (which would send it back: an outage before the dark).
+    if repoint:
+        apply(repoint)
+    stamps["repointed"] = clock()
 
     lead = min(max(light_lead_s, 0.0), plan.delay_emulated_s)
     dark_from = (stamps["tear_sent"] + stamps["torn"]) / 2

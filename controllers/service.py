@@ -10,6 +10,7 @@ data plane and returns once the switches confirmed it.  An applier provides::
     sync()            confirm the data plane itself took the last batch
     status()          {"connected": [...], "ready_switches": [...], "errors": [...]}
     counters()        {switch: {port: {"tx_bytes": ..., ...}}}
+    path(src, dst, sport, dport, proto)   (optional) the nodes one flow crosses now
 
 `controllers.openflow.applier.OpenFlowApplier` is the Open vSwitch one.  The
 service never imports os-ken, so unit tests run it over a recording applier
@@ -32,7 +33,7 @@ from topologies.fabric import EPS, HOST, Fabric, FabricError
 LOG = logging.getLogger("fabric.service")
 LEAD_HISTORY = 5
 OPS = ("status", "state", "reconfigure", "preset", "link", "pin", "unpin", "counters",
-       "technologies")
+       "paths", "technologies")
 
 
 class Applier(Protocol):
@@ -57,6 +58,10 @@ class FabricService:
                                          for name in fabric.ocs_switches}
         self.down_ports: Set[tuple] = set()         # (switch, port) reported down
         self.manual_down: Set[frozenset] = set()    # links failed through `do_link`
+        # The down links the data plane has been rerouted around: `state` shows
+        # these, so whoever waits for a link change to show there also waits
+        # for its routes.
+        self._rerouted_down: List[List[str]] = []
         self._reconfig_lock = threading.Lock()
 
     # ------------------------------------------------------------ switches
@@ -86,7 +91,7 @@ class FabricService:
                 "technology": {o: {"name": core.technology,
                                    "delay_ms": self.fabric.graph.nodes[o].get("delay_ms")}
                                for o, core in self.ocs.items()},
-                "down_links": sorted(sorted(link) for link in self.eps.down_links),
+                "down_links": list(self._rerouted_down),
                 "pins": self.pins.state(),
                 "tdf": self.tdf}
 
@@ -95,6 +100,16 @@ class FabricService:
         (port numbers as strings: the reply is JSON)."""
         return {"switches": {switch: {str(port): values for port, values in ports.items()}
                              for switch, ports in self.applier.counters().items()}}
+
+    def paths(self, flows) -> dict:
+        """The nodes each flow ``[src host, dst host, sport, dport]`` crosses now, as
+        the data plane itself picks them (ECMP by flow hash): ``{"paths": [...]}``,
+        None for a flow it cannot tell, or every one where the data plane cannot."""
+        path = getattr(self.applier, "path", None)
+        if path is None:
+            return {"paths": [None for _ in flows]}
+        return {"paths": [path(src, dst, int(sport), int(dport))
+                          for src, dst, sport, dport in flows]}
 
     def _ocs(self, name) -> OcsCore:
         if name not in self.ocs:
@@ -158,6 +173,7 @@ class FabricService:
                 batch = merge(batch, self.pins.unpin(pin_id))
                 self.dropped_pins.add(pin_id)
             self.apply(batch)
+            self._rerouted_down = sorted(sorted(link) for link in self.eps.down_links)
         return {"changed_switches": sorted(batch), "dropped_pins": dropped}
 
     def do_pin(self, id: str, path: list) -> dict:
@@ -225,6 +241,8 @@ class FabricService:
             return self.do_unpin(**args)
         if op == "counters":
             return self.counters()
+        if op == "paths":
+            return self.paths(**args)
         if op == "technologies":
             return {"technologies": {k: vars(t) for k, t in TECHNOLOGIES.items()}}
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")

@@ -23,6 +23,12 @@ from traffic.kvflows import link_id
 from traffic.scale import Scale
 
 
+# Frozen before the data-plane comparisons were measured (README, "Fidelity"):
+# the kernel's forwarding is softirq time, and a sample where it took this
+# share of all cores is a machine that cannot forward more.
+SOFTIRQ_PCT = 50.0
+
+
 # Flows --------------------------------------------------------------------------
 
 def path_links(fabric: Fabric, src: str, dst: str) -> List[str]:
@@ -42,18 +48,58 @@ def path_cap_mbps(fabric: Fabric, scale: Scale, src: str, dst: str) -> Optional[
     return scale.emu_mbps(max(caps)) if caps else None
 
 
-def fidelity_rows(fabric: Fabric, scale: Scale, flows, prefix: str = "") -> List[Dict]:
+def directed_links(path: Sequence[str]) -> List[str]:
+    """The links a packet crosses along a node path, each in its direction."""
+    return [f"{u}->{v}" for u, v in zip(path, path[1:])]
+
+
+def fidelity_rows(fabric: Fabric, scale: Scale, flows, prefix: str = "",
+                  paths: Optional[Mapping[str, Sequence[str]]] = None) -> List[Dict]:
     """One row per finished flow (`emu.live.replay.FlowResult`) for `assess`;
-    ``prefix`` tells links of different testbeds apart (``"zcube:"``)."""
+    ``prefix`` tells links of different testbeds apart (``"zcube:"``).  Where
+    ``paths`` knows the nodes a flow's data crossed (the data plane's own ECMP
+    choice), its links are those, each in its direction; otherwise every link
+    of every shortest path between its hosts (any of them may have carried it)."""
     rows = []
     for flow in flows:
         if flow.status != "ok":
             continue
-        rows.append({"id": flow.id, "start": flow.start, "end": flow.end,
-                     "goodput_mbps": flow.goodput_mbps,
-                     "cap_mbps": path_cap_mbps(fabric, scale, flow.src, flow.dst),
-                     "links": [prefix + link for link in path_links(fabric, flow.src, flow.dst)]})
+        path = (paths or {}).get(flow.id)
+        links = directed_links(path) if path else path_links(fabric, flow.src, flow.dst)
+        row = {"id": flow.id, "start": flow.start, "end": flow.end,
+               "goodput_mbps": flow.goodput_mbps,
+               "cap_mbps": path_cap_mbps(fabric, scale, flow.src, flow.dst),
+               "links": [prefix + link for link in links]}
+        if path:
+            row["path"] = list(path)
+        rows.append(row)
     return rows
+
+
+def shared_links(flows: Sequence[Mapping], limit: int = 50) -> List[dict]:
+    """Links that carried two or more flows at once, among flows whose actual
+    path is known (``path`` in the row): with flow-hashed multipath, two flows
+    may meet on one link, which slows both, and that is the fabric's behaviour,
+    not the emulator's.  One row per link, the longest shared time first:
+    ``{"link", "flows", "overlap_s"}``."""
+    users = defaultdict(list)
+    for flow in flows:
+        if flow.get("path"):
+            for link in flow["links"]:
+                users[link].append(flow)
+    rows = []
+    for link, on_link in users.items():
+        overlap, sharing = 0.0, set()
+        for i, a in enumerate(on_link):
+            for b in on_link[i + 1:]:
+                common = min(a["end"], b["end"]) - max(a["start"], b["start"])
+                if common > 0:
+                    overlap += common
+                    sharing |= {a["id"], b["id"]}
+        if sharing:
+            rows.append({"link": link, "flows": sorted(sharing), "overlap_s": overlap})
+    rows.sort(key=lambda row: (-row["overlap_s"], row["link"]))
+    return rows[:limit]
 
 
 # Assessment --------------------------------------------------------------------
@@ -95,10 +141,17 @@ def _pct(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.0f} %"
 
 
-def _cpu_warnings(cpu_summary: Optional[Mapping], saturation_pct: float) -> List[str]:
+def _cpu_warnings(cpu_summary: Optional[Mapping], saturation_pct: float,
+                  softirq_pct: float) -> List[str]:
     if not cpu_summary:
         return []
     warnings = []
+    softirq = cpu_summary.get("softirq_pct") or {}
+    if (softirq.get("max") or 0) >= softirq_pct:
+        warnings.append(
+            f"kernel forwarding saturated: softirq took {_pct(softirq.get('max'))} (mean "
+            f"{_pct(softirq.get('mean'))}) of all {cpu_summary.get('cores')} cores, at or above "
+            f"{softirq_pct:.0f} %; rates may reflect the emulator, not the fabric")
     machine = cpu_summary.get("machine_cpu_pct") or {}
     mean, peak = machine.get("mean"), machine.get("max")
     cores = cpu_summary.get("cores")
@@ -120,8 +173,29 @@ def _cpu_warnings(cpu_summary: Optional[Mapping], saturation_pct: float) -> List
     return warnings
 
 
+def _drop_warnings(drops: Optional[Mapping]) -> List[str]:
+    """Losses outside the emulated queues (`emu.live.drops`): the machine ran short."""
+    if not drops:
+        return []
+    warnings = []
+    early = drops.get("veth_drops", 0) + drops.get("softnet_drops", 0)
+    if early:
+        warnings.append(
+            f"datapath saturated: the kernel dropped {early} packet(s) before any emulated "
+            "queue (a receive backlog was full: softirq could not keep up); rates may "
+            "reflect the emulator, not the fabric")
+    if drops.get("vswitchd_hidden", 0):
+        warnings.append(
+            f"datapath saturated: ovs-vswitchd could not send at least "
+            f"{drops['vswitchd_hidden']} packet(s) (\"Resource temporarily unavailable\" on "
+            "its shared send socket), drops no counter shows; rates may reflect the "
+            "emulator, not the fabric")
+    return warnings
+
+
 def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
-           saturation_pct: float = 90.0, goodput_floor: float = 0.9) -> dict:
+           saturation_pct: float = 90.0, goodput_floor: float = 0.9,
+           softirq_pct: float = SOFTIRQ_PCT, drops: Optional[Mapping] = None) -> dict:
     """Fidelity warnings for one run.
 
     ``flows``: dicts with ``id``, ``start`` and ``end`` (epoch s),
@@ -135,9 +209,19 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
 
     ``cpu_summary`` is :meth:`CpuSampler.stop`'s result or None.  Machine
     CPU mean or max, or ovs-vswitchd's max (percent of one core), at or
-    above ``saturation_pct`` marks the run saturated.
+    above ``saturation_pct``, or softirq's max (the kernel forwarding, as a
+    share of all cores) at or above ``softirq_pct``, marks the run saturated.
+    So do ``drops`` (`emu.live.drops` counts) outside the emulated queues:
+    veth and backlog drops, or ovs-vswitchd's hidden send failures.  Drops
+    at the emulated queues are congestion, fabric behaviour: reported, not
+    warned about.
 
-    Returns ``{"cpu", "flows_checked", "alone_flows", "warnings",
+    Flows whose actual path is known (``path``) are also checked for links
+    they shared while they ran (`shared_links`): an explanation of a
+    slowdown, not a warning.
+
+    Returns ``{"cpu", "drops", "paths_known_count", "shared_links",
+    "flows_sharing_a_link_count", "flows_checked", "alone_flows", "warnings",
     "saturated", "thresholds"}``; ``flows_checked`` counts the flows given,
     ``alone_flows`` has one row per alone flow with a cap and a goodput.
     """
@@ -162,11 +246,18 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
                 f"{goodput:.1f} Mbit/s of its {cap:.1f} Mbit/s cap "
                 f"(ratio {ratio:.2f} < {goodput_floor:.2f}): the emulator, "
                 f"not the fabric, limited it")
-    cpu_warnings = _cpu_warnings(cpu_summary, saturation_pct)
+    saturation = _cpu_warnings(cpu_summary, saturation_pct, softirq_pct) + \
+        _drop_warnings(drops)
+    shared = shared_links(flows)
+    resolved = sum(1 for flow in flows if flow.get("path"))
     return {"cpu": cpu_summary,
+            "drops": dict(drops) if drops else None,
+            "paths_known_count": resolved,
+            "shared_links": shared,
+            "flows_sharing_a_link_count": len({f for row in shared for f in row["flows"]}),
             "flows_checked": len(flows),
             "alone_flows": rows,
-            "warnings": cpu_warnings + warnings,
-            "saturated": bool(cpu_warnings),
-            "thresholds": {"saturation_pct": saturation_pct,
+            "warnings": saturation + warnings,
+            "saturated": bool(saturation),
+            "thresholds": {"saturation_pct": saturation_pct, "softirq_pct": softirq_pct,
                            "goodput_floor": goodput_floor}}

@@ -23,6 +23,7 @@ from typing import List, Optional
 from emu import report, results, scenario as scenarios
 from emu.experiments.base import Context, Network, Outcome, build_fabric, scale_for
 from emu.fidelity import assess, fidelity_rows
+from emu.live.dataplane import Choice, DataplaneError, check_congestion, choose
 from emu.live.state import AlreadyRunning
 from emu.schema import ScenarioError
 
@@ -80,9 +81,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"emu.run: scenario {scenario.name!r} builds a network and needs root: "
               f"sudo {sys.executable} -m emu.run {args.scenario}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if experiment.needs_emulation:
+        try:
+            choice = dataplane_of(scenario)
+        except DataplaneError as exc:
+            print(f"emu.run: {scenario.where}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"{scenario.name}: {choice.describe()}; TCP {scenario.config['testbed']['congestion']}")
     if args.cli:
         return lab(scenario, Path(args.out), args.cli_script)
     return execute(scenario, Path(args.out))
+
+
+def dataplane_of(scenario) -> Choice:
+    """The scenario's data plane on this machine, and a check of its TCP congestion
+    control; raises DataplaneError before anything is created."""
+    settings = scenario.config["testbed"]
+    choice = choose(settings["dataplane"])
+    check_congestion(settings["congestion"])
+    return choice
 
 
 def lab(scenario, out: Path, script: Optional[str]) -> int:
@@ -96,7 +113,10 @@ def lab(scenario, out: Path, script: Optional[str]) -> int:
     scale = scale_for(scenario, fabric)
     run_dir = results.new_run_dir(out, f"{scenario.name}-cli")
     try:
-        with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli") as bed:
+        settings = scenario.config["testbed"]
+        with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli",
+                     dataplane=dataplane_of(scenario).dataplane,
+                     congestion=settings["congestion"]) as bed:
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"{fabric.name}: {len(fabric.hosts)} hosts; type help, or exit to leave")
             FabricCLI(bed, script=script)
@@ -159,7 +179,10 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
     from emu.live.series import TestbedSeries
 
     experiment = scenario.experiment
-    series = TestbedSeries(run_dir, f"emu.run {scenario.name}")
+    settings = scenario.config["testbed"]
+    series = TestbedSeries(run_dir, f"emu.run {scenario.name}",
+                           dataplane=dataplane_of(scenario).dataplane,
+                           congestion=settings["congestion"])
     ctx = Context(scenario, fabric, scale, run_dir, testbeds=series)
     try:
         if experiment.network is Network.SERIES:
@@ -174,11 +197,14 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
         result["warnings"] = list(result.get("warnings", [])) + series.warnings
     rows = [row for recorded in series.recorded
             for row in fidelity_rows(recorded.fabric, recorded.scale, recorded.flows,
-                                     prefix=f"{recorded.label}:" if recorded.label else "")]
+                                     prefix=f"{recorded.label}:" if recorded.label else "",
+                                     paths=recorded.paths)]
     settings = scenario.config["fidelity"]
     result["fidelity"] = assess(rows, series.cpu_summary(),
                                 saturation_pct=settings["saturation_pct"],
-                                goodput_floor=settings["goodput_floor"])
+                                softirq_pct=settings["softirq_pct"],
+                                goodput_floor=settings["goodput_floor"],
+                                drops=series.drops_summary())
     return outcome
 
 

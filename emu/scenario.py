@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 from emu.experiments import EXPERIMENTS
+from emu.fidelity import SOFTIRQ_PCT
+from emu.live import dataplane
 from emu.schema import Field, Schema, ScenarioError, apply_overrides, validate
 from topologies import registry
 from topologies.fabric import FabricError
@@ -44,9 +46,21 @@ COMMON: Schema = {
         "tdf": Field(float, 1.0, "time-dilation factor: emulated s per real s",
                      minimum=1e-3, maximum=1e6),
     },
+    "testbed": {
+        "dataplane": Field(str, dataplane.AUTO, "what forwards the packets: 'ovs' (Open "
+                           "vSwitch over OpenFlow), 'linux' (kernel routers and tc patch "
+                           "panels), or 'auto' (OVS where its kernel module exists, else "
+                           "linux)", choices=list(dataplane.CHOICES)),
+        "congestion": Field(str, "cubic", "TCP congestion control of every flow (the "
+                            "machine's default would leak in otherwise); dctcp only where "
+                            "the kernel has it", choices=list(dataplane.CONGESTION_CONTROLS)),
+    },
     "fidelity": {
         "saturation_pct": Field(float, 90.0, "CPU share that counts as saturated",
                                 minimum=1.0, maximum=100.0),
+        "softirq_pct": Field(float, SOFTIRQ_PCT, "share of all cores in softirq (the "
+                             "kernel forwarding) that counts as saturated", minimum=1.0,
+                             maximum=100.0),
         "goodput_floor": Field(float, 0.9, "a lone flow below this share of its rate warns",
                                minimum=0.0, maximum=1.0),
     },

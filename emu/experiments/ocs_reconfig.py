@@ -3,14 +3,21 @@
 A TCP stream and a paced UDP probe cross an OCS circuit.  The OCS is
 reconfigured once per preset between two circuit sets that join the same
 ToRs over different ports, so every byte has to wait for the new circuit.
-The blackout is measured from the probe's arrivals in the receiver's
-capture, never from the controller's timestamps; those only mark where to
-look and are reported next to it.
+The blackout is measured from the receiver's capture, never from the
+controller's timestamps (those only mark where to look and are reported
+next to it): from the probe's sequence numbers and send timestamps (iperf3
+stamps both into every datagram), the stretch of the sender's time whose
+probes never arrived, to one probe period (0.1 ms at the default 10,000
+pkt/s).  The gap between arrivals is reported too: it also holds changes in
+queueing across the loss.  Outside the reconfigurations, the probe's
+inter-arrival times show the data plane's jitter (P99.9 and max).
 """
 
 from __future__ import annotations
 
 import time
+
+import numpy
 
 from controllers.ocs_core import TECHNOLOGIES, delay_ms_for
 from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
@@ -18,6 +25,7 @@ from emu.schema import Field
 from topologies import hybrid
 from traffic.measure import pcap
 from emu.live.capture import Capture
+from emu.live.probe import Probe
 from emu.live.replay import FlowResult, Stream
 
 SECTION = "ocs_reconfig"
@@ -28,7 +36,8 @@ FIELDS = {
     "custom_delay_ms": Field(float, 50.0, "real delay of the 'custom' preset", minimum=0.0),
     "settle_s": Field(float, 3.0, "steady traffic before and after each reconfiguration",
                       minimum=0.5, maximum=600.0),
-    "probe_pps": Field(int, 2000, "UDP probe packets per second", minimum=100, maximum=20000),
+    "probe_pps": Field(int, 10000, "UDP probe packets per second: the blackout's resolution "
+                       "is one period", minimum=100, maximum=20000),
     "probe_bytes": Field(int, 64, "UDP probe payload bytes", minimum=16, maximum=1400),
     "tcp": Field(bool, True, "run the TCP stream alongside the probe"),
     "src": Field(str, "h1", "sending host"),
@@ -73,22 +82,20 @@ def run(ctx: Context) -> Outcome:
     delays_s = [_delay_ms(ctx, p) * tdf / 1000 for p in presets]
     total_s = s["settle_s"] * (len(presets) + 1) + sum(delays_s) + 1.0
     link_mbps = ctx.scenario.config["scale"]["link_mbps"]
-    probe_mbps = s["probe_pps"] * s["probe_bytes"] * 8 / 1e6
-    tcp_mbps = link_mbps - probe_mbps * 1.5
+    tcp_mbps = tcp_rate_mbps(link_mbps, s["probe_pps"], s["probe_bytes"])
     ctx.log(f"{src} -> {dst}: TCP at up to {tcp_mbps:.1f} Mbit/s + UDP probe "
             f"{s['probe_pps']} pkt/s, {len(presets)} reconfiguration(s), ~{total_s:.0f} s")
 
     dst_intf = ctx.bed.host(dst).defaultIntf().name
     capture = Capture(ctx.bed, f"{dst}-rx", dst_intf, host=dst, bpf="ip").start(ctx.captures_dir)
     streams = []
+    probe = None
     outcome = Outcome()
     events = []
     try:
-        probe = Stream(ctx.bed, src, dst, total_s, PROBE_PORT, udp=True, rate_mbps=probe_mbps,
-                       blksize=s["probe_bytes"], pacing_us=100, name="probe")
-        streams.append(probe)
+        probe = Probe(ctx.bed, src, dst, PROBE_PORT, s["probe_pps"], s["probe_bytes"], total_s)
         if s["tcp"]:
-            # Paced just under the link so the probe is not starved by TCP's queue.
+            # Paced under what the probe leaves of the link: the two never queue up.
             streams.append(Stream(ctx.bed, src, dst, total_s, TCP_PORT, rate_mbps=tcp_mbps,
                                   name="tcp"))
         outcome.t0 = time.time()
@@ -107,9 +114,13 @@ def run(ctx: Context) -> Outcome:
             progress(index + 1, len(presets))
             time.sleep(s["settle_s"])
         results = [st.finish(timeout_s=total_s + 30) for st in streams]
+        if not probe.finish(timeout_s=total_s + 30):
+            outcome.warnings.append("the probe's sender did not finish its schedule")
     finally:
         for stream in streams:
             stream.stop()
+        if probe is not None:
+            probe.stop()
         capture.stop()
     for stream, result in zip(streams, results):
         row = FlowResult(id=stream.name, src=src, dst=dst, bytes=0, step=None, group="stream")
@@ -125,6 +136,7 @@ def run(ctx: Context) -> Outcome:
 def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
     src_ip = ctx.fabric.graph.nodes[src]["ip"]
     probe = pcap.packet_records(pcap_path, proto="udp", src_ip=src_ip, dport=PROBE_PORT)
+    stamped = pcap.probe_records(pcap_path, src_ip=src_ip, dport=PROBE_PORT)
     tcp = pcap.packet_records(pcap_path, proto="tcp", src_ip=src_ip, dport=TCP_PORT)
     probe_ts = [r.ts for r in probe]
     period = 1.0 / s["probe_pps"]
@@ -137,6 +149,8 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
         gap = pcap.blackout_near(probe_ts, stamps["routes_moved"],
                                  window_s=injected_ms / 1000 + 1.0, nominal_interval_s=period,
                                  observed_until=probe_ts[-1] if probe_ts else None)
+        lost = pcap.sequence_blackout(stamped, stamps["routes_moved"],
+                                      window_s=injected_ms / 1000 + 1.0, period_s=period)
         before = [r for r in tcp if stamps["start"] - s["settle_s"] + 0.5 <= r.ts < stamps["start"]]
         after_end = stamps["routes_restored"] + s["settle_s"]
         after = [r for r in tcp if after_end - s["settle_s"] / 2 <= r.ts < after_end]
@@ -149,8 +163,10 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
             "preset": preset,
             "injected_ms": injected_ms,
             "injected_real_ms": result["plan"]["delay_real_ms"],
-            "measured_blackout_ms": gap.duration_s * 1000 if gap else None,
-            "error_ms": (gap.duration_s * 1000 - injected_ms) if gap else None,
+            "measured_blackout_ms": lost.duration_s * 1000 if lost else None,
+            "error_ms": (lost.duration_s * 1000 - injected_ms) if lost else None,
+            "probes_lost_count": lost.lost if lost else None,
+            "arrival_gap_ms": gap.duration_s * 1000 if gap else None,
             "controller_dark_ms": result["dark_s"] * 1000,
             "recovery_ms": recovery * 1000 if recovery is not None else None,
             "goodput_before_mbps": before_mbps,
@@ -166,13 +182,53 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
     outcome.timeline = {"t0": t0, "series": series, "dark_windows": dark}
     errors = [abs(r["error_ms"]) for r in rows if r["error_ms"] is not None
               and r["injected_ms"] >= 1.0]
+    quiet = quiet_interarrivals(probe_ts, [(e[1]["timestamps"]["start"] - QUIET_MARGIN_S,
+                                            e[1]["timestamps"]["routes_restored"] + QUIET_AFTER_S)
+                                           for e in events])
     outcome.metrics = {
         "reconfig": rows,
         "probe_packets_count": len(probe),
         "probe_period_ms": period * 1000,
+        "probe_interarrival_p999_ms": _percentile_ms(quiet, 99.9),
+        "probe_interarrival_p99_ms": _percentile_ms(quiet, 99.0),
+        "probe_interarrival_max_ms": max(quiet) * 1000 if quiet else None,
         "blackout_error_mean_ms": sum(errors) / len(errors) if errors else None,
         "blackout_error_worst_ms": max(errors) if errors else None,
     }
+
+
+# Bytes a datagram or segment adds on the wire, as the links' shapers count
+# frames: Ethernet (14) + IPv4 (20) + UDP (8); and TCP's full frame for 1448
+# bytes of payload (with timestamps) is 1514.
+UDP_OVERHEAD_BYTES = 42
+TCP_PAYLOAD_SHARE = 1448 / 1514
+TCP_HEADROOM = 0.9
+
+
+def tcp_rate_mbps(link_mbps: float, probe_pps: int, probe_bytes: int) -> float:
+    """The TCP stream's pacing rate: what the probe leaves of the link, in payload,
+    with headroom, so that the two never queue up behind each other (a full
+    queue would delay and drop probes, and be lost in darkness at each tear)."""
+    probe_wire = probe_pps * (probe_bytes + UDP_OVERHEAD_BYTES) * 8 / 1e6
+    return max(0.1, (link_mbps - probe_wire) * TCP_PAYLOAD_SHARE * TCP_HEADROOM)
+
+
+# Inter-arrival times of the probe away from any reconfiguration: from this
+# long before a change starts to this long after its routes are restored.
+QUIET_MARGIN_S = 0.05
+QUIET_AFTER_S = 0.5
+
+
+def quiet_interarrivals(arrivals, busy) -> list:
+    """Gaps between consecutive probe arrivals, leaving out those that touch a busy
+    window (a reconfiguration and what follows it)."""
+    ordered = sorted(arrivals)
+    return [b - a for a, b in zip(ordered, ordered[1:])
+            if not any(a < end and b > start for start, end in busy)]
+
+
+def _percentile_ms(values, q):
+    return float(numpy.percentile(values, q)) * 1000 if values else None
 
 
 def _mbps(records, seconds):

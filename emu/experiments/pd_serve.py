@@ -76,9 +76,10 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
     ``progress(done, total)`` follows the replay; ``record_flows(results)``
     gets the flow results as soon as the replay ends (the testbed series'
     record for the fidelity check); ``events`` and ``agent_hosts`` go to the
-    `Replayer` (e.g. a switch failure at its time).  With ``links_dir``, one
-    tcpdump in the root namespace captures every switch port during the
-    replay (`emu.live.capture.FabricCapture`) and the per-link load goes to
+    `Replayer` (e.g. a switch failure at its time).  With ``links_dir``, every
+    switch port is captured during the replay (`emu.live.capture.FabricCapture`:
+    one tcpdump in the root namespace on Open vSwitch, one per switch namespace
+    on the kernel data plane) and the per-link load goes to
     ``links_dir/links.csv`` (`traffic.measure.linkload`); the ``hottest``
     busiest links are returned by name.
     """
@@ -99,7 +100,8 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
                         on_moved=(lambda old, new: lane_gate.release(old)) if lane_gate else None)
     capture = None
     if links_dir is not None:
-        capture = FabricCapture(bed.fabric, name="links").start(Path(links_dir) / "captures")
+        capture = FabricCapture(bed.fabric, name="links", bed=bed).start(
+            Path(links_dir) / "captures")
     try:
         results = replayer.run()
     finally:
@@ -120,8 +122,8 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
     summary["d_credits_count"] = d_credits
     served = Served(results, rows, summary, streams, ingress_series(rows), replayer.t0)
     if capture is not None:
-        loads = linkload.analyse(capture.path, capture.map_path, bed.fabric,
-                                 bw_factor=settings.scale.bw_factor, start=replayer.t0)
+        loads = linkload.analyse_parts(capture.parts, bed.fabric,
+                                       bw_factor=settings.scale.bw_factor, start=replayer.t0)
         served.hottest = linkload.write_links_csv(loads, links_dir, top=hottest)
         served.link_warnings = loads.warnings()
         if served.hottest:

@@ -8,6 +8,7 @@ listening, so no packet of the measurement is missed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import threading
@@ -17,6 +18,7 @@ from typing import Dict, List, Optional
 
 from emu.live import state
 from emu.live.waiting import wait_until
+from topologies.naming import machine_name
 
 SNAPLEN = 128
 SAFE_FILTER = re.compile(r"^[A-Za-z0-9 .:=<>!&|()\[\]-]*$")
@@ -104,17 +106,88 @@ def root_interfaces(sys_class_net: Path = SYS_CLASS_NET) -> Dict[int, str]:
     return interfaces
 
 
-class FabricCapture(Capture):
-    """Every switch port of a fabric in one capture, from the root namespace.
+class _PortCapture:
+    """One ``tcpdump -i any -y LINUX_SLL2`` over the switch ports of one namespace,
+    with the namespace's interface index -> name map saved beside it."""
 
-    Mininet leaves the switches, and so the switch end of every link, in
-    the root namespace: one ``tcpdump -i any -y LINUX_SLL2`` there sees
-    each packet at each hop, with the interface index and direction that
-    `traffic.measure.linkload` turns into per-link loads.  Start it once the
-    network is up: it records index -> name of this namespace's interfaces
-    next to the capture (``<name>.ifmap.json``), refuses to start if a
-    switch port of the fabric is missing, and by default filters in the
-    kernel to one copy per link traversal (`linkload.capture_filter`).
+    def __init__(self, label: str, interfaces: Dict[int, str], bpf: str, path: Path,
+                 map_path: Path):
+        self.label, self.interfaces, self.bpf = label, interfaces, bpf
+        self.path, self.map_path = path, map_path
+        self.proc: Optional[subprocess.Popen] = None
+        self.stderr: List[str] = []
+        self.reader: Optional[threading.Thread] = None
+
+    @property
+    def args(self) -> List[str]:
+        return ["tcpdump", "-i", "any", "-y", "LINUX_SLL2", "-w", str(self.path), "-n",
+                "--immediate-mode", "-s", str(FABRIC_SNAPLEN), "-B", "32768",
+                "--time-stamp-precision=nano", self.bpf]
+
+    def started(self, proc: subprocess.Popen) -> None:
+        from traffic.measure import linkload
+
+        linkload.save_interface_map(self.map_path, self.interfaces, pcap=self.path.name,
+                                    bpf=self.bpf)
+        self.proc = proc
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.stderr.append(line.strip())
+
+    def listening(self) -> bool:
+        return any("listening on" in line for line in self.stderr)
+
+    def stop(self) -> None:
+        """Stop tcpdump and add its packet counts to the interface map."""
+        from traffic.measure import linkload
+
+        if self.proc is None:
+            return
+        was_running = self.proc.poll() is None
+        if was_running:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.reader is not None:
+            # tcpdump prints its counts as it exits: let the reader catch up.
+            self.reader.join(timeout=5)
+        if was_running:
+            interfaces, extra = linkload.load_interface_map(self.map_path)
+            extra.update(tcpdump_counts(self.stderr))
+            extra.pop("format", None)
+            linkload.save_interface_map(self.map_path, interfaces, **extra)
+
+
+def namespace_interfaces(pid: int) -> Dict[int, str]:
+    """Interface index -> name in the network namespace of ``pid`` (iproute2's JSON)."""
+    done = subprocess.run(["mnexec", "-a", str(pid), "ip", "-json", "link", "show"],
+                          capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise CaptureError(f"cannot list the interfaces of namespace {pid}: {done.stderr}")
+    return {link["ifindex"]: link["ifname"] for link in json.loads(done.stdout or "[]")}
+
+
+class FabricCapture:
+    """Every switch port of a fabric, captured where the switches live.
+
+    On Open vSwitch, Mininet leaves the switches, and so the switch end of
+    every link, in the root namespace: one ``tcpdump -i any -y LINUX_SLL2``
+    there sees each packet at each hop, with the interface index and
+    direction that `traffic.measure.linkload` turns into per-link loads.  On
+    the kernel data plane (``bed`` given, its data plane ``linux``) every
+    switch is a namespace of its own: one such tcpdump runs in each.  Start
+    it once the network is up: it records index -> name of each namespace's
+    interfaces next to its capture (``<name>[-<switch>].ifmap.json``),
+    refuses to start if a switch port of the fabric is missing, and by
+    default filters in the kernel to one copy per link traversal
+    (`linkload.capture_filter`).  ``parts`` lists (pcap, map) pairs for
+    `linkload.analyse_parts`.
 
     ``--immediate-mode`` because without it tcpdump (TPACKET_V3) hands over
     packets a ring block at a time, up to a second late, and loses the
@@ -123,64 +196,94 @@ class FabricCapture(Capture):
     """
 
     def __init__(self, fabric, name: str = "fabric", bpf: Optional[str] = None,
-                 base: str = "tcp", sys_class_net: Path = SYS_CLASS_NET):
-        super().__init__(bed=None, name=name, interface="any", host=None, bpf=bpf or "")
+                 base: str = "tcp", sys_class_net: Path = SYS_CLASS_NET, bed=None):
         self.fabric = fabric
+        self.name = name
+        self.bpf = bpf
         self.base = base
-        self.custom_bpf = bpf is not None
         self.sys_class_net = Path(sys_class_net)
-        self.map_path: Optional[Path] = None
-        self._reader: Optional[threading.Thread] = None
+        self.bed = bed
+        self.captures: List[_PortCapture] = []
 
-    def start(self, directory: Path, timeout_s: float = 10.0) -> "FabricCapture":
-        # Imported here: capture.py serves hosts' captures without a fabric.
+    @property
+    def namespaced(self) -> bool:
+        plane = getattr(self.bed, "dataplane", None)
+        return plane is not None and plane.kind == "linux"
+
+    @property
+    def parts(self) -> List[tuple]:
+        return [(c.path, c.map_path) for c in self.captures]
+
+    @property
+    def path(self) -> Optional[Path]:
+        """The capture file (the first one, where there is one per namespace)."""
+        return self.captures[0].path if self.captures else None
+
+    @property
+    def map_path(self) -> Optional[Path]:
+        return self.captures[0].map_path if self.captures else None
+
+    def _filter(self, interfaces: Dict[int, str], nodes=None) -> str:
         from traffic.measure import linkload
 
-        if not SAFE_NAME.match(self.name):
-            raise CaptureError(f"capture name {self.name!r} may hold only letters, "
-                               "digits, '_', '.', '-'")
-        interfaces = root_interfaces(self.sys_class_net)
-        if not self.custom_bpf:
+        if self.bpf is not None:
+            bpf = self.bpf
+        else:
             try:
-                self.bpf = linkload.capture_filter(interfaces, self.fabric, self.base)
+                bpf = linkload.capture_filter(interfaces, self.fabric, self.base, nodes=nodes)
             except ValueError as error:
                 raise CaptureError(f"{error}; start the fabric capture once the "
                                    "network is up") from None
-        if not SAFE_FILTER.match(self.bpf):
-            raise CaptureError(f"capture filter {self.bpf!r} holds characters not allowed")
+        if not SAFE_FILTER.match(bpf):
+            raise CaptureError(f"capture filter {bpf!r} holds characters not allowed")
+        return bpf
+
+    def start(self, directory: Path, timeout_s: float = 10.0) -> "FabricCapture":
+        if not SAFE_NAME.match(self.name):
+            raise CaptureError(f"capture name {self.name!r} may hold only letters, "
+                               "digits, '_', '.', '-'")
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{self.name}.pcap"
-        self.map_path = directory / f"{self.name}.ifmap.json"
-        linkload.save_interface_map(self.map_path, interfaces, pcap=self.path.name,
-                                    bpf=self.bpf)
-        args = ["tcpdump", "-i", "any", "-y", "LINUX_SLL2", "-w", str(self.path), "-n",
-                "--immediate-mode", "-s", str(FABRIC_SNAPLEN), "-B", "32768",
-                "--time-stamp-precision=nano", self.bpf]
-        self._proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True)
-        state.record_pid(self._proc.pid, f"tcpdump {self.name}")
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-        self._reader.start()
-        wait_until(lambda: self._listening() or self._proc.poll() is not None, timeout_s,
-                   "tcpdump on every switch port to listen")
-        if self._proc.poll() is not None:
-            raise CaptureError(f"tcpdump on every switch port exited: {' '.join(self._stderr)}")
+        try:
+            if self.namespaced:
+                for switch in self.fabric.switches:
+                    node = self.bed.net.get(machine_name(self.fabric, switch))
+                    interfaces = namespace_interfaces(node.pid)
+                    capture = _PortCapture(switch, interfaces,
+                                           self._filter(interfaces, nodes=[switch]),
+                                           directory / f"{self.name}-{switch}.pcap",
+                                           directory / f"{self.name}-{switch}.ifmap.json")
+                    self.captures.append(capture)
+                    capture.started(self.bed.popen(
+                        machine_name(self.fabric, switch), capture.args,
+                        f"tcpdump {self.name} {switch}", stdout=subprocess.DEVNULL,
+                        stderr=subprocess.PIPE, text=True))
+            else:
+                interfaces = root_interfaces(self.sys_class_net)
+                capture = _PortCapture("root", interfaces, self._filter(interfaces),
+                                       directory / f"{self.name}.pcap",
+                                       directory / f"{self.name}.ifmap.json")
+                self.captures.append(capture)
+                proc = subprocess.Popen(capture.args, start_new_session=True,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        text=True)
+                state.record_pid(proc.pid, f"tcpdump {self.name}")
+                capture.started(proc)
+            wait_until(lambda: all(c.listening() or c.proc.poll() is not None
+                                   for c in self.captures), timeout_s,
+                       "tcpdump on every switch port to listen")
+            dead = [c for c in self.captures if c.proc.poll() is not None]
+            if dead:
+                raise CaptureError(f"tcpdump on the ports of {dead[0].label} exited: "
+                                   f"{' '.join(dead[0].stderr)}")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
-    def stop(self) -> Path:
-        """Stop tcpdump and add its packet counts to the interface map."""
-        from traffic.measure import linkload
-
-        was_running = self._proc is not None and self._proc.poll() is None
-        super().stop()
-        if self._reader is not None:
-            # tcpdump prints its counts as it exits: let the reader catch up.
-            self._reader.join(timeout=5)
-        if was_running and self.map_path is not None:
-            interfaces, extra = linkload.load_interface_map(self.map_path)
-            extra.update(tcpdump_counts(self._stderr))
-            extra.pop("format", None)
-            linkload.save_interface_map(self.map_path, interfaces, **extra)
+    def stop(self) -> Optional[Path]:
+        """Stop every tcpdump and add its packet counts to its interface map."""
+        for capture in self.captures:
+            capture.stop()
         return self.path
 
 

@@ -178,7 +178,9 @@ class FabricCLI(CLI):
         for ocs in fabric.ocs_switches:
             print(f"  {ocs}: radix {fabric.graph.nodes[ocs]['radix']}, "
                   f"{len(fabric.circuits[ocs])} circuit(s) lit")
-        print(f"  scale: {self.bed.scale.describe()}; datapath {self.bed.datapath.info.datapath}")
+        print(f"  scale: {self.bed.scale.describe()}; data plane {self.bed.dataplane.kind}"
+              + (f" ({self.bed.dataplane.datapath} datapath)" if self.bed.dataplane.datapath
+                 else ""))
 
     @_guarded
     def do_route(self, line):

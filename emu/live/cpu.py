@@ -36,7 +36,8 @@ _MACHINE_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq",
 class CpuSnapshot:
     """Cumulative CPU counters read at one instant.
 
-    ``machine_busy_s``/``machine_total_s`` are summed over all cores;
+    ``machine_busy_s``/``machine_total_s``/``machine_softirq_s`` are summed
+    over all cores (softirq is where the kernel forwards packets);
     ``process_cpu_s`` maps a label to {pid: user+system CPU seconds}.
     """
 
@@ -44,6 +45,7 @@ class CpuSnapshot:
     machine_busy_s: float
     machine_total_s: float
     process_cpu_s: Mapping[str, Mapping[int, float]]
+    machine_softirq_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -58,13 +60,15 @@ class CpuSample:
     duration_s: float
     machine_pct: Optional[float]
     process_pct_of_core: Mapping[str, Optional[float]]
+    softirq_pct: Optional[float] = None      # of all cores, like machine_pct
 
 
 class PsutilReader:
     """Cumulative CPU counters from psutil: the machine's and one process's."""
 
-    def machine(self) -> Tuple[float, float, int]:
-        """(busy seconds, total seconds, core count) of the whole machine so far.
+    def machine(self) -> Tuple[float, float, int, float]:
+        """(busy seconds, total seconds, core count, softirq seconds) of the whole
+        machine so far.
 
         Busy is everything but idle and iowait; guest time is already inside
         user time, so it is not counted twice.
@@ -72,7 +76,7 @@ class PsutilReader:
         times = psutil.cpu_times()
         total = sum(getattr(times, name) for name in _MACHINE_FIELDS if hasattr(times, name))
         busy = total - times.idle - getattr(times, "iowait", 0.0)
-        return busy, total, psutil.cpu_count() or 1
+        return busy, total, psutil.cpu_count() or 1, getattr(times, "softirq", 0.0)
 
     def process_cpu_s(self, pid: int) -> float:
         """User + system CPU seconds used so far by ``pid``; ProcessLookupError once gone."""
@@ -97,10 +101,12 @@ def cpu_sample(previous: CpuSnapshot, current: CpuSnapshot) -> CpuSample:
     """
     duration_s = current.wall_s - previous.wall_s
     total_delta = current.machine_total_s - previous.machine_total_s
-    machine_pct = None
+    machine_pct = softirq_pct = None
     if total_delta > 0:
         busy_delta = current.machine_busy_s - previous.machine_busy_s
         machine_pct = min(max(100.0 * busy_delta / total_delta, 0.0), 100.0)
+        softirq_delta = current.machine_softirq_s - previous.machine_softirq_s
+        softirq_pct = min(max(100.0 * softirq_delta / total_delta, 0.0), 100.0)
     process_pct: Dict[str, Optional[float]] = {}
     for label, now_by_pid in current.process_cpu_s.items():
         before_by_pid = previous.process_cpu_s.get(label, {})
@@ -111,7 +117,8 @@ def cpu_sample(previous: CpuSnapshot, current: CpuSnapshot) -> CpuSample:
         used_s = sum(now_by_pid[pid] - before_by_pid[pid] for pid in common)
         process_pct[label] = max(100.0 * used_s / duration_s, 0.0)
     return CpuSample(t=current.wall_s, duration_s=duration_s,
-                     machine_pct=machine_pct, process_pct_of_core=process_pct)
+                     machine_pct=machine_pct, process_pct_of_core=process_pct,
+                     softirq_pct=softirq_pct)
 
 
 def _stats(values: Iterable[Optional[float]]
@@ -200,10 +207,10 @@ class CpuSampler:
 
     def snapshot(self) -> CpuSnapshot:
         """Read all counters now."""
-        busy_s, total_s, self.cores = self.reader.machine()
+        busy_s, total_s, self.cores, softirq_s = self.reader.machine()
         return CpuSnapshot(wall_s=time.monotonic(), machine_busy_s=busy_s,
-                           machine_total_s=total_s,
-                           process_cpu_s=self._process_cpu())
+                           machine_total_s=total_s, process_cpu_s=self._process_cpu(),
+                           machine_softirq_s=softirq_s)
 
     def take_baseline(self) -> None:
         """Read the counters that the next sample is measured from.
@@ -267,6 +274,7 @@ class CpuSampler:
     def summary(self) -> dict:
         """Mean and max of the samples so far (None where nothing was measured)."""
         machine_mean, machine_max = _stats(s.machine_pct for s in self.samples)
+        softirq_mean, softirq_max = _stats(s.softirq_pct for s in self.samples)
         processes = {}
         for label in list(self.fixed_pids) + list(self.process_names):
             mean, peak = _stats(s.process_pct_of_core.get(label)
@@ -278,6 +286,7 @@ class CpuSampler:
                                 "pids": pids,
                                 "found": mean is not None}
         return {"machine_cpu_pct": {"mean": machine_mean, "max": machine_max},
+                "softirq_pct": {"mean": softirq_mean, "max": softirq_max},
                 "cores": self.cores,
                 "processes": processes,
                 "samples": len(self.samples),
@@ -303,6 +312,7 @@ def combine_cpu(summaries: List[dict]) -> Optional[dict]:
     if len(summaries) == 1:
         return summaries[0]
     machine = [(s["machine_cpu_pct"], s["samples"]) for s in summaries]
+    softirq = [(s.get("softirq_pct") or {}, s["samples"]) for s in summaries]
     names = list(dict.fromkeys(n for s in summaries for n in s["processes"]))
     processes = {}
     for name in names:
@@ -315,6 +325,8 @@ def combine_cpu(summaries: List[dict]) -> Optional[dict]:
                            "found": mean is not None}
     return {"machine_cpu_pct": {"mean": _weighted((m["mean"], n) for m, n in machine),
                                 "max": _peak(m["max"] for m, _ in machine)},
+            "softirq_pct": {"mean": _weighted((m.get("mean"), n) for m, n in softirq),
+                            "max": _peak(m.get("max") for m, _ in softirq)},
             "cores": summaries[0]["cores"], "processes": processes,
             "samples": sum(s["samples"] for s in summaries),
             "interval_s": summaries[0]["interval_s"]}

@@ -5,8 +5,11 @@ namespace, so clients run in processes started in the Mininet host: either
 one per flow (this module's command line) or forked by a per-host agent
 (``emu.live.host_agent``), which keeps Python start-up off the CPU budget.
 
-Two settings the wrapper does not expose are set through its own libiperf
-handle: the byte count (``-n``) and the pacing timer.  Interval reports are
+Four settings the wrapper does not expose are set through its own libiperf
+handle: the byte count (``-n``), the pacing timer, the TCP congestion control
+(``-C``; the client passes it to the server, which sends in reverse mode)
+and the kernel's pacing of a TCP socket (``--fq-rate``: smooth, where
+iperf3's own ``-b`` sends in bursts).  Interval reports are
 switched off, so that the JSON the wrapper captures through a pipe stays
 small however long the flow.
 
@@ -16,7 +19,8 @@ a C process per flow costs far less CPU than a Python one on a 2-core
 machine whose other core forwards every packet.
 
     python -m emu.live.iperf_worker --dst IP --port P (--bytes N | --duration S)
-           [--reverse] [--udp] [--rate-mbps R] [--blksize B] [--pacing-us U] [--wait-go]
+           [--reverse] [--udp] [--rate-mbps R] [--blksize B] [--pacing-us U]
+           [--congestion CC] [--fq-rate-mbps R] [--wait-go]
     prints {"armed": true}; with --wait-go waits for a line on stdin; runs;
     prints {"start": epoch, "end": epoch, "result": <iperf3 JSON>}
 """
@@ -59,12 +63,15 @@ class ClientSpec:
     rate_mbps: float = 0.0
     blksize: int = 0
     pacing_us: int = 0
+    congestion: str = ""
+    fq_rate_mbps: float = 0.0     # TCP: the kernel paces the socket (SO_MAX_PACING_RATE)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
 
-def _libiperf_extras(client, num_bytes: int, pacing_us: int) -> None:
+def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "",
+                     fq_rate_mbps: float = 0.0) -> None:
     lib, test = client.lib, client._test
     lib.iperf_set_test_reporter_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
     lib.iperf_set_test_stats_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
@@ -76,6 +83,14 @@ def _libiperf_extras(client, num_bytes: int, pacing_us: int) -> None:
     if pacing_us:
         lib.iperf_set_test_pacing_timer.argtypes = (ctypes.c_void_p, ctypes.c_int)
         lib.iperf_set_test_pacing_timer(test, pacing_us)
+    if fq_rate_mbps:
+        lib.iperf_set_test_fqrate.argtypes = (ctypes.c_void_p, ctypes.c_uint64)
+        lib.iperf_set_test_fqrate(test, int(fq_rate_mbps * 1e6))
+    if congestion:
+        # libiperf keeps the pointer: the buffer lives as long as the client.
+        client._congestion = ctypes.create_string_buffer(congestion.encode())
+        lib.iperf_set_test_congestion_control.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
+        lib.iperf_set_test_congestion_control(test, client._congestion)
 
 
 def build_client(spec: ClientSpec):
@@ -92,7 +107,7 @@ def build_client(spec: ClientSpec):
         client.bandwidth = int(spec.rate_mbps * 1e6)
     # With a byte count the test must have no duration, as `iperf3 -n` does.
     client.duration = 0 if spec.bytes else max(1, int(spec.duration))
-    _libiperf_extras(client, spec.bytes, spec.pacing_us)
+    _libiperf_extras(client, spec.bytes, spec.pacing_us, spec.congestion, spec.fq_rate_mbps)
     return client
 
 
@@ -121,6 +136,9 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--rate-mbps", type=float, default=0.0)
     parser.add_argument("--blksize", type=int, default=0)
     parser.add_argument("--pacing-us", type=int, default=0)
+    parser.add_argument("--congestion", default="", help="TCP congestion control (iperf3 -C)")
+    parser.add_argument("--fq-rate-mbps", type=float, default=0.0,
+                        help="TCP: the kernel paces the socket at this rate (iperf3 --fq-rate)")
     parser.add_argument("--wait-go", action="store_true", help="wait for a line on stdin")
     return parser.parse_args(argv)
 

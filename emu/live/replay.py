@@ -46,6 +46,8 @@ class FlowResult:
     retransmits: int = 0
     status: str = "pending"
     error: str = ""
+    sport: int = 0            # the data's source port (the sender's), once known
+    dport: int = 0            # the data's destination port
 
     @property
     def duration_s(self) -> float:
@@ -67,6 +69,12 @@ class FlowResult:
         self.bytes_received = int(received.get("bytes", 0))
         self.goodput_mbps = received.get("bits_per_second", 0.0) / 1e6
         self.retransmits = int(end.get("sum_sent", {}).get("retransmits", 0))
+        start = iperf.get("start", {})
+        connected = (start.get("connected") or [{}])[0]
+        local, remote = connected.get("local_port", 0), connected.get("remote_port", 0)
+        # In reverse mode the server sends: the data leaves the remote end.
+        reverse = (start.get("test_start") or {}).get("reverse")
+        self.sport, self.dport = (remote, local) if reverse else (local, remote)
         self.status = "ok"
 
 
@@ -210,7 +218,8 @@ class Replayer:
             self.bed, flow.src, self._ip(flow.src), port, fid,
             lambda: events.put({"event": "listening", "id": fid}))
         spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
-                          reverse=True, rate_mbps=flow.rate_mbps or 0.0)
+                          reverse=True, rate_mbps=flow.rate_mbps or 0.0,
+                          congestion=self.bed.congestion)
         self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec)})
         self._armed.add(fid)
 
@@ -385,12 +394,18 @@ class Stream:
                 "--duration", str(max(1, int(round(duration_s))))]
         if udp:
             args.append("--udp")
-        if rate_mbps:
+        if rate_mbps and udp:
             args += ["--rate-mbps", str(rate_mbps)]
+        elif rate_mbps:
+            # The kernel paces a TCP stream smoothly; iperf3's own -b sends a burst,
+            # then waits, which fills the link's queue in between.
+            args += ["--fq-rate-mbps", str(rate_mbps)]
         if blksize:
             args += ["--blksize", str(blksize)]
         if pacing_us:
             args += ["--pacing-us", str(pacing_us)]
+        if not udp and bed.congestion:
+            args += ["--congestion", bed.congestion]
         self.client = bed.popen(src, args, f"iperf3 client {name}", stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 

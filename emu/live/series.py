@@ -26,10 +26,11 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
+from emu.live import drops
 from emu.live.cpu import CpuSampler, combine_cpu
 from emu.live.state import AlreadyRunning
 
@@ -44,6 +45,7 @@ class Recorded:
     fabric: object
     scale: object
     flows: list
+    paths: Dict[str, List[str]] = field(default_factory=dict)   # flow id -> nodes
 
 
 class TestbedSeries:
@@ -51,13 +53,17 @@ class TestbedSeries:
 
     __test__ = False
 
-    def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print):
+    def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print,
+                 dataplane: str = "auto", congestion: str = "cubic"):
         self.run_dir = Path(run_dir)
+        self.dataplane = dataplane
+        self.congestion = congestion
         self.description = description
         self.log = log
         self.info: Dict = {}                 # datapath, netem, versions (from the first)
         self.build_s: Dict[Optional[str], float] = {}
         self.cpu: Dict[Optional[str], dict] = {}     # label -> CpuSampler summary
+        self.drops: Dict[Optional[str], dict] = {}   # label -> emu.live.drops counts
         self.warnings: List[str] = []
         self.recorded: List[Recorded] = []
         self._current: Optional[Recorded] = None
@@ -87,18 +93,23 @@ class TestbedSeries:
         tag = "" if label is None else f"{label}: "
         description = self.description if label is None else f"{self.description} ({label})"
         bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
-                                          description=description), lock_wait_s)
+                                          description=description, dataplane=self.dataplane,
+                                          congestion=self.congestion), lock_wait_s)
         self._current = Recorded(label, fabric, scale, [])
+        self._bed = bed
         try:
             if not self.info:
                 self.info = bed.describe()
             self.build_s[label] = round(bed.build_s, 3)
             self.warnings += [tag + w for w in bed.warnings]
-            sampler = CpuSampler(bed.datapath.processes, interval_s=0.5).start()
+            before = bed.drop_counters(log_since=drops.log_size())
+            sampler = CpuSampler(bed.dataplane.processes, interval_s=0.5).start()
             try:
                 yield bed
             finally:
                 self.cpu[label] = sampler.stop()
+                self.drops[label] = drops.delta(
+                    before, bed.drop_counters(log_since=before.vswitchd_log_bytes)).to_dict()
                 bed.dump_tables(folder / "dumps")
             bed.check_controller()
             if "Traceback" in bed.controller_log():
@@ -111,24 +122,36 @@ class TestbedSeries:
             bed.__exit__(*sys.exc_info())
 
     def record_flows(self, flows) -> None:
-        """Flows of the open testbed, for the run's fidelity check."""
+        """Flows of the open testbed, for the run's fidelity check, with the path
+        the data plane gives each of them now (as of the end of the flows: one
+        that crossed a reconfiguration or a failure is shown on its last path)."""
         if self._current is None:
             raise RuntimeError("record_flows() outside open()")
+        flows = list(flows)
         self._current.flows.extend(flows)
+        self._current.paths.update(self._bed.flow_paths(flows))
 
     def cpu_summary(self) -> Optional[dict]:
         """The testbeds' CPU samples as one `CpuSampler` summary: means weighted
         by sample count, maxima over all."""
         return combine_cpu(list(self.cpu.values()))
 
+    def drops_summary(self) -> Optional[dict]:
+        """The testbeds' drop counts (`emu.live.drops`), summed."""
+        if not self.drops:
+            return None
+        keys = next(iter(self.drops.values())).keys()
+        return {key: sum(counts[key] for counts in self.drops.values()) for key in keys}
+
     def result_fields(self) -> dict:
-        """What ``result.json`` records of the testbeds: datapath, versions, build
-        times (one number for the run's single testbed, else per label) and the
-        CPU of each labelled testbed."""
+        """What ``result.json`` records of the testbeds: data plane, versions, build
+        times (one number for the run's single testbed, else per label), and the
+        CPU and drop counts of each labelled testbed."""
         fields = dict(self.info)
         if list(self.build_s) == [None]:
             fields["build_s"] = self.build_s[None]
         elif self.build_s:
             fields["build_s"] = dict(self.build_s)
             fields["cpu_by_testbed"] = dict(self.cpu)
+            fields["drops_by_testbed"] = dict(self.drops)
         return fields

@@ -1,16 +1,19 @@
 """The emulation lifecycle: one context manager owns every resource.
 
-    with Testbed(fabric, scale, run_dir) as bed:
+    with Testbed(fabric, scale, run_dir, dataplane="linux") as bed:
         bed.net.get("h1").cmd("ping -c1 10.0.0.2")
-        bed.control.call("reconfigure", ocs="o1", circuits=[[1, 4]])
+        bed.reconfigure("o1", [[1, 4]])
 
-On entry: take the run lock, remove a killed run's leftovers, start OVS if
-needed, start the controller process (OpenFlow on 127.0.0.1, control channel
-on a 0600 Unix socket), build the Mininet network with the userspace or
-kernel datapath, switch offloads off on host interfaces (userspace
-datapath), install static ARP and wait until the controller confirmed every
-switch with a barrier.  On exit, whatever happened (exception, SIGINT,
-SIGTERM), everything is stopped and removed in ``finally`` blocks.
+On entry: take the run lock, remove a killed run's leftovers, pick the data
+plane (`emu.live.dataplane`), start OVS if it is the one, start the
+controller process (control channel on a 0600 Unix socket; OpenFlow on
+127.0.0.1 for OVS), build the Mininet network (Open vSwitch bridges, or
+namespaces that route in the kernel and tc patch panels), shape every link
+in batches (`emu.live.shaping`), switch offloads off on host interfaces,
+give hosts static neighbours, hand the namespaces to the controller (kernel
+data plane) and wait until the controller confirmed every switch.  On exit,
+whatever happened (exception, SIGINT, SIGTERM), everything is stopped and
+removed in ``finally`` blocks.
 """
 
 from __future__ import annotations
@@ -29,17 +32,17 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from controllers.control import ControlClient, ControlError
-from emu.live import hostroutes, ovs, state
+from emu.live import dataplane as planes
+from emu.live import drops, hostroutes, ovs, shaping, state
 from emu.live.waiting import wait_until
 from topologies.fabric import HOST, Fabric
-from topologies.naming import machine_name
+from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, machine_name
 from traffic.scale import Scale
 
 CONTROLLER_START_TIMEOUT_S = 30.0
 SWITCHES_READY_TIMEOUT_S = 120.0
 LINK_CHANGE_TIMEOUT_S = 10.0
 QUEUE_MS = 50.0
-MININET_MAX_MBPS = 1000.0  # TCLink ignores (leaves unshaped) any faster rate
 # Measured here: 9000-byte frames did not lower ovs-vswitchd's CPU for
 # eight concurrent flows (its userspace datapath copies every byte) and made
 # reverse-mode iperf3 senders spin, so the default stays at Ethernet's 1500.
@@ -96,6 +99,11 @@ def _run_batch(node, commands, what: str) -> None:
             batch.append(command)
 
 
+def machine_to_fabric(name: str) -> str:
+    """A Mininet node name back to its fabric node (``fes3`` -> ``s3``; hosts as they are)."""
+    return name[len(SWITCH_PREFIX):] if name.startswith(SWITCH_PREFIX) else name
+
+
 def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -103,14 +111,32 @@ def free_loopback_port() -> int:
 
 
 @dataclass
-class Datapath:
-    info: ovs.OvsInfo
+class DataPlane:
+    """The data plane a testbed runs (`emu.live.dataplane`) and what it found."""
+
+    choice: planes.Choice
     netem: bool
+    ovs: Optional[ovs.OvsInfo] = None     # Open vSwitch's version and datapath, on ovs
+
+    @property
+    def kind(self) -> str:
+        return self.choice.dataplane
+
+    @property
+    def datapath(self) -> Optional[str]:
+        """Open vSwitch's datapath (``system`` kernel or ``netdev`` userspace), on ovs."""
+        return self.ovs.datapath if self.ovs else None
 
     @property
     def processes(self) -> tuple:
-        """Processes whose CPU tells whether the data plane kept up."""
-        return ("ovs-vswitchd",)
+        """Processes whose CPU tells whether the data plane kept up (the kernel's
+        forwarding shows as softirq time instead)."""
+        return ("ovs-vswitchd",) if self.kind == planes.OVS else ()
+
+    def describe(self) -> str:
+        if self.ovs:
+            return f"Open vSwitch {self.ovs.version}, {self.ovs.datapath} datapath"
+        return "Linux kernel routers and tc patch panels"
 
 
 def versions(ovs_version: str = "") -> Dict[str, str]:
@@ -139,8 +165,11 @@ class Testbed:
 
     def __init__(self, fabric: Fabric, scale: Scale, run_dir: Path,
                  log: Callable[[str], None] = print, description: str = "",
-                 mtu: int = DEFAULT_MTU):
+                 mtu: int = DEFAULT_MTU, dataplane: str = planes.AUTO,
+                 congestion: str = "cubic"):
         self.mtu = mtu
+        self.asked_dataplane = dataplane
+        self.congestion = congestion
         self.fabric = fabric
         self.scale = scale
         self.run_dir = Path(run_dir)
@@ -149,7 +178,7 @@ class Testbed:
         self.net = None
         self.control: Optional[ControlClient] = None
         self.controller: Optional[subprocess.Popen] = None
-        self.datapath: Optional[Datapath] = None
+        self.dataplane: Optional[DataPlane] = None
         self.warnings = []
         self._stack = ExitStack()
         self._old_sigterm = None
@@ -164,10 +193,13 @@ class Testbed:
             if leftovers:
                 self.log(f"removed {len(leftovers)} leftover(s) of an earlier run")
             self._stack.callback(self._final_clean)
-            info = ovs.ensure_ovs()
-            self.datapath = Datapath(info=info, netem=ovs.netem_available())
-            self.log(f"Open vSwitch {info.version}, {info.datapath} datapath"
-                     f"{'' if self.datapath.netem else ', no netem (no delay/loss emulation)'}")
+            choice = planes.choose(self.asked_dataplane)
+            planes.check_congestion(self.congestion)
+            info = ovs.ensure_ovs() if choice.dataplane == planes.OVS else None
+            self.dataplane = DataPlane(choice, netem=ovs.netem_available(), ovs=info)
+            self.log(f"{choice.describe()}: {self.dataplane.describe()}"
+                     f"{'' if self.dataplane.netem else ', no netem (no delay/loss emulation)'}"
+                     f"; TCP {self.congestion}")
             self._start_controller()
             self._build_network()
             self._wait_ready()
@@ -194,16 +226,19 @@ class Testbed:
         with open(fabric_path, "w") as stream:
             stream.write(self.fabric.to_json())
         self.socket_path = os.path.join(state.RUN_DIR, "control.sock")
-        self.ofp_port = free_loopback_port()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.run_dir / "controller.log", "w")
         self._stack.callback(log_file.close)
         repo_root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ, PYTHONPATH=repo_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        args = [sys.executable, "-m", "controllers.launcher", "--fabric", fabric_path,
+                "--socket", self.socket_path, "--tdf", repr(self.scale.tdf),
+                "--dataplane", self.dataplane.kind]
+        if self.dataplane.kind == planes.OVS:
+            self.ofp_port = free_loopback_port()
+            args += ["--ofp-port", str(self.ofp_port), "--dataplane-sync"]
         self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controllers.launcher", "--fabric", fabric_path,
-             "--socket", self.socket_path, "--ofp-port", str(self.ofp_port),
-             "--tdf", repr(self.scale.tdf), "--dataplane-sync"],
+            args,
             stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=repo_root,
             start_new_session=True)
         state.record_pid(self.controller.pid, "controller")
@@ -213,7 +248,9 @@ class Testbed:
         self.check_controller()
         self.control = ControlClient(self.socket_path)
         self._stack.callback(self.control.close)
-        self.log(f"controller pid {self.controller.pid}, OpenFlow 127.0.0.1:{self.ofp_port}")
+        self.log(f"controller pid {self.controller.pid}" + (
+            f", OpenFlow 127.0.0.1:{self.ofp_port}" if self.dataplane.kind == planes.OVS
+            else ", netlink"))
 
     def check_controller(self) -> None:
         """Raise if the controller process died (its handlers exit on error)."""
@@ -251,7 +288,7 @@ class Testbed:
         return max(MIN_QUEUE_PACKETS, int(packets))
 
     def _build_network(self) -> None:
-        from mininet.link import TCLink
+        from mininet.link import Link
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import OVSSwitch
@@ -259,30 +296,35 @@ class Testbed:
 
         setLogLevel("warning")
         _quiet_htb_quantum_warnings()
-        topo = FabricTopo(self.fabric, bw_factor=self.scale.bw_factor,
-                          switch_opts={"datapath": self.datapath.info.mininet_datapath,
-                                       "protocols": "OpenFlow13", "failMode": "secure"})
+        kind = self.dataplane.kind
+        switch_opts = {}
+        if kind == planes.OVS:
+            switch_opts = {"datapath": self.dataplane.ovs.mininet_datapath,
+                           "protocols": "OpenFlow13", "failMode": "secure"}
+        # Links are plain veths: shaping is applied in batches below, not by TCLink.
+        topo = FabricTopo(self.fabric, switch_opts=switch_opts, dataplane=kind)
         started = time.monotonic()
-        self.net = Mininet(topo=topo, switch=OVSSwitch, link=TCLink, controller=None,
+        self.net = Mininet(topo=topo, switch=OVSSwitch, link=Link, controller=None,
                            autoSetMacs=False, autoStaticArp=False, build=False)
         self._stack.callback(self._stop_network)
+        # Stopped before the network goes: links vanishing under it are not failures.
+        self._stack.callback(self._stop_controller)
         self.net.build()
-        for host in self.net.hosts:
-            state.record_pid(host.pid, f"mininet host {host.name}")
+        for node in self.net.hosts + [s for s in self.net.switches if s.inNamespace]:
+            state.record_pid(node.pid, f"mininet node {node.name}")
         self.net.start()
-        ovs.set_controller([s.name for s in self.net.switches], f"tcp:127.0.0.1:{self.ofp_port}")
-        if self.datapath.info.datapath == ovs.USERSPACE:
-            for host in self.net.hosts:
-                _run_batch(host, [ovs.disable_offloads_cmd(i.name) + " >/dev/null"
-                                  for i in host.intfList()], "switch offloads off")
-        self._limit_queues()
-        unshaped = sorted({f"{link.intf1.node.name}-{link.intf2.node.name}"
-                           for link in self.net.links
-                           if (link.intf1.params.get("bw") or 0) > MININET_MAX_MBPS})
-        if unshaped:
-            self.warnings.append(f"{len(unshaped)} link(s) faster than {MININET_MAX_MBPS:g} "
-                                 f"Mbit/s are left unshaped by Mininet: {', '.join(unshaped[:5])}")
-            self.log("WARNING: " + self.warnings[-1])
+        if kind == planes.OVS:
+            ovs.set_controller([s.name for s in self.net.switches],
+                               f"tcp:127.0.0.1:{self.ofp_port}")
+        # Measured here: with segmentation offloads on, TCP stalls on OVS's
+        # userspace datapath, and per-flow fairness falls under kernel routers
+        # at tens of Mbit/s; every host interface sends plain MTU frames.
+        for host in self.net.hosts:
+            _run_batch(host, [ovs.disable_offloads_cmd(i.name) + " >/dev/null"
+                              for i in host.intfList()], "switch offloads off")
+        self._shape()
+        if kind == planes.LINUX:
+            self._attach_namespaces()
         if hostroutes.needs_host_routes(self.fabric):
             self.refresh_host_routes()
         else:
@@ -291,35 +333,65 @@ class Testbed:
         self.log(f"network built: {len(self.net.hosts)} hosts, {len(self.net.switches)} switches, "
                  f"{len(self.net.links)} links in {self.build_s:.1f} s")
 
-    def _limit_queues(self) -> None:
-        """Set the MTU, and give every shaped interface a short FIFO under HTB.
+    def _namespace_pid(self, node) -> Optional[int]:
+        return node.pid if node.inNamespace else None
 
-        Mininet can only bound the queue through netem, which this kernel may
-        lack; a pfifo leaf under HTB class 5:1 does the same job everywhere.
+    def _shape(self) -> None:
+        """MTU on every interface, HTB at the link rate and a short FIFO on every
+        sending end (`emu.live.shaping`): one tc and one ip batch per namespace.
+
+        On OVS this runs after the bridges took their ports, because Open
+        vSwitch clears a port's qdisc when it first configures it.
         """
+        plan = shaping.shaped_interfaces(self.fabric, self.scale.bw_factor,
+                                         self.dataplane.kind)
         limit = self.queue_packets
-        per_node = {}
-        for link in self.net.links:
-            for intf in (link.intf1, link.intf2):
-                commands = per_node.setdefault(intf.node, [])
-                commands.append(f"ip link set dev {intf.name} mtu {self.mtu}")
-                if 0 < (intf.params.get("bw") or 0) <= MININET_MAX_MBPS:
-                    commands.append(f"tc qdisc replace dev {intf.name} parent 5:1 "
-                                    f"handle 10: pfifo limit {limit}")
-        for node, commands in per_node.items():
-            _run_batch(node, commands, "set MTU and queue limits")
+        by_namespace: Dict[Optional[int], Dict[str, List[str]]] = {}
+        for node in self.net.hosts + self.net.switches:
+            fabric_node = machine_to_fabric(node.name)
+            batch = by_namespace.setdefault(self._namespace_pid(node), {"tc": [], "ip": []})
+            batch["ip"] += shaping.mtu_lines([i.name for i in node.intfList() if i.name != "lo"],
+                                             self.mtu)
+            for ifname, mbps in plan.get(fabric_node, []):
+                batch["tc"] += shaping.tc_lines(ifname, mbps, limit)
+        try:
+            for pid, batch in by_namespace.items():
+                where = "the root namespace" if pid is None else f"namespace of pid {pid}"
+                shaping.run_batch("ip", batch["ip"], pid, f"set MTUs in {where}")
+                shaping.run_batch("tc", batch["tc"], pid, f"shape links in {where}")
+        except shaping.BatchError as exc:
+            raise TestbedError(str(exc)) from None
+
+    def _attach_namespaces(self) -> None:
+        """Hand every switch's namespace to the controller, which programs it."""
+        pids = {machine_to_fabric(s.name): s.pid for s in self.net.switches}
+        self.check_controller()
+        try:
+            self.control.call("attach", namespaces=pids, timeout=SWITCHES_READY_TIMEOUT_S)
+        except ControlError as exc:
+            self.check_controller()
+            raise TestbedError(f"the controller could not program the namespaces: {exc}") \
+                from None
 
     def _static_arp(self, hosts=None) -> None:
-        """Every host learns every other host's MAC: no ARP crosses the fabric.
+        """Every host knows the MAC for every other host: no ARP crosses the fabric.
 
-        One shell round trip per host (Mininet's staticArp takes one per pair,
-        16,000 of them on a k=8 fat-tree).
+        On OVS, switches forward by IP destination and keep the MAC, so a host
+        sends to the destination host's own MAC; on the kernel data plane a
+        host sends to its router, whose ports all carry `ROUTER_MAC`.  One ip
+        batch per host (Mininet's staticArp takes a command per pair, 16,000 of
+        them on a k=8 fat-tree).
         """
-        entries = [(h.IP(), h.MAC()) for h in self.net.hosts]
+        linux = self.dataplane.kind == planes.LINUX
+        entries = [(h.IP(), ROUTER_MAC if linux else h.MAC()) for h in self.net.hosts]
         for host in hosts or self.net.hosts:
             intf = host.defaultIntf().name
-            _run_batch(host, [f"ip neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
-                              for ip, mac in entries if ip != host.IP()], "install static ARP")
+            lines = [f"neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
+                     for ip, mac in entries if ip != host.IP()]
+            try:
+                shaping.run_batch("ip", lines, host.pid, f"{host.name}: install static ARP")
+            except shaping.BatchError as exc:
+                raise TestbedError(str(exc)) from None
 
     def refresh_host_routes(self) -> None:
         """Program forwarding GPUs (SiP-OCS) for the fabric's current circuits."""
@@ -419,20 +491,54 @@ class Testbed:
     # ------------------------------------------------------------ records
     def describe(self) -> dict:
         """What ``result.json`` records of the data plane and the software."""
-        return {"datapath": self.datapath.info.datapath, "netem": self.datapath.netem,
-                "versions": versions(self.datapath.info.version)}
+        plane = self.dataplane
+        return {"dataplane": plane.kind, "dataplane_reason": plane.choice.reason,
+                "datapath": plane.datapath, "netem": plane.netem,
+                "congestion_control": self.congestion,
+                "versions": versions(plane.ovs.version if plane.ovs else "")}
 
     def dump_tables(self, directory: Path) -> None:
-        """Every switch's flow and group tables, for post-mortems (ovs-ofctl)."""
+        """Every switch's forwarding state at teardown, for post-mortems: flow and
+        group tables (OVS), or routes, rules, neighbours and tc filters (linux)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for switch in self.net.switches:
+            if self.dataplane.kind == planes.OVS:
+                commands = [["ovs-ofctl", "-O", "OpenFlow13", what, switch.name]
+                            for what in ("dump-flows", "dump-groups")]
+            else:
+                prefix = ["mnexec", "-a", str(switch.pid)]
+                commands = [prefix + ["ip", "route"], prefix + ["ip", "rule"],
+                            prefix + ["ip", "neigh"]]
+                commands += [prefix + ["tc", "-s", "filter", "show", "dev", intf.name, "ingress"]
+                             for intf in switch.intfList() if intf.name != "lo"]
             parts = []
-            for what in ("dump-flows", "dump-groups"):
-                out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, switch.name],
-                                     capture_output=True, text=True, timeout=30)
-                parts.append(f"# ovs-ofctl {what} {switch.name}\n{out.stdout}{out.stderr}")
+            for command in commands:
+                out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+                shown = " ".join(command[3:] if command[0] == "mnexec" else command)
+                parts.append(f"# {shown}\n{out.stdout}{out.stderr}")
             (directory / f"{switch.name}.txt").write_text("\n".join(parts))
+
+    def drop_counters(self, log_since: int = 0) -> drops.Counters:
+        """Where packets were lost so far (`emu.live.drops`), over every namespace
+        of the testbed: hosts, kernel routers and patch panels, and the root one
+        where Open vSwitch's ports live."""
+        ovs_plane = self.dataplane.kind == planes.OVS
+        pids = [node.pid for node in self.net.hosts + self.net.switches if node.inNamespace]
+        return drops.read(pids + ([None] if ovs_plane else []), ovs=ovs_plane,
+                          log_since=log_since)
+
+    def flow_paths(self, flows) -> Dict[str, List[str]]:
+        """Flow id -> the nodes its data crosses now, as the data plane picks them
+        (the kernel's multipath hash of the flow's ports); flows it cannot tell
+        (Open vSwitch's select groups, unknown ports) are left out."""
+        known = [f for f in flows if f.status == "ok" and f.sport and f.dport]
+        if not known:
+            return {}
+        self.check_controller()
+        reply = self.control.call("paths", flows=[[f.src, f.dst, f.sport, f.dport]
+                                                  for f in known])
+        return {f.id: path for f, path in zip(known, reply["paths"]) if path}
 
     def counters(self) -> Dict[str, Dict[int, dict]]:
         """Every switch's port counters, from the controller (OpenFlow port stats):

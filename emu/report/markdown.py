@@ -6,7 +6,7 @@ already written into it.  Output: Markdown (CommonMark with GFM tables),
 in this order:
 
 * ``# Run report: <scenario>``, the description;
-* ``## What was run``: scenario, fabric, scale, datapath and versions;
+* ``## What was run``: scenario, fabric, scale, data plane, TCP and versions;
 * ``## Fidelity warnings (N)``, CPU use and the flows that had their links
   to themselves;
 * ``## Headline metrics``: scalars and lists with their units, emulated and
@@ -106,9 +106,13 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
     fabric = result.get("fabric") or {}
     versions = result.get("versions") or {}
     datapath = result.get("datapath")
-    datapath_text = {"netdev": "netdev (OVS userspace datapath)",
-                     "system": "system (OVS kernel datapath)"}.get(
-        datapath, plain(datapath) if datapath else "not recorded")
+    datapath_text = {"netdev": "Open vSwitch, userspace (netdev) datapath",
+                     "system": "Open vSwitch, kernel (system) datapath"}.get(
+        datapath, plain(datapath) if datapath else "")
+    if result.get("dataplane") == "linux":
+        datapath_text = "Linux: kernel routers and tc patch panels"
+    if result.get("dataplane_reason"):
+        datapath_text += f" ({plain(result['dataplane_reason'])})"
     rows = [("Scenario", f"`{plain(result['scenario'])}`")]
     if result.get("started"):
         rows.append(("Started", plain(result["started"])))
@@ -125,7 +129,9 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
             parts.append(f"links {scale.format_rate(link)}")
         rows.append(("Fabric", "; ".join(parts)))
         rows.append(("Scale", scale.describe()))
-        rows.append(("Datapath", datapath_text))
+        rows.append(("Data plane", datapath_text or "not recorded"))
+        if result.get("congestion_control"):
+            rows.append(("TCP congestion control", plain(result["congestion_control"])))
     else:
         rows.append(("Fabric", "none: this scenario builds no network (a calculation)"))
     if versions:
@@ -156,6 +162,10 @@ def _fidelity_section(result: dict) -> List[str]:
         machine = cpu.get("machine_cpu_pct") or {}
         rows = [("machine (% of all cores)", plain(machine.get("mean"), 3),
                  plain(machine.get("max"), 3))]
+        softirq = cpu.get("softirq_pct") or {}
+        if softirq.get("max") is not None:
+            rows.append(("softirq: kernel forwarding (% of all cores)",
+                         plain(softirq.get("mean"), 3), plain(softirq.get("max"), 3)))
         for name, stats in sorted((cpu.get("processes") or {}).items()):
             rows.append((f"{plain(name)} (% of one core)",
                          plain(stats.get("mean_pct_of_core"), 3),
@@ -164,6 +174,18 @@ def _fidelity_section(result: dict) -> List[str]:
                       f"{plain(cpu.get('interval_s'))} s on {plain(cpu.get('cores', '?'))} "
                       f"cores:", ""]
         lines += _table(("what", "mean (%)", "max (%)"), rows)
+    drops = fidelity.get("drops") or {}
+    if drops:
+        lines += ["", "Packets lost while the testbed ran: at the emulated links' queues "
+                      "(congestion, the fabric's own behaviour), and anywhere else (the "
+                      "emulator ran short):", ""]
+        lines += _table(("where", "packets"), [
+            ("emulated link queues (congestion)", plain(drops.get("queue_drops"))),
+            ("veth receive backlog", plain(drops.get("veth_drops"))),
+            ("CPU backlog (softnet)", plain(drops.get("softnet_drops"))),
+            ("softirq out of budget (time squeezes, events)",
+             plain(drops.get("time_squeezes"))),
+            ("ovs-vswitchd send failures (at least)", plain(drops.get("vswitchd_hidden")))])
     alone = fidelity.get("alone_flows") or []
     if alone:
         lines += ["", f"Flows that had their links to themselves "
@@ -176,6 +198,29 @@ def _fidelity_section(result: dict) -> List[str]:
                           plain(row.get("ok"))) for row in alone[:MAX_TABLE_ROWS]])
         if len(alone) > MAX_TABLE_ROWS:
             lines.append(f"\n... {len(alone) - MAX_TABLE_ROWS} more in {RESULT_FILE}.")
+    return lines + _shared_links_lines(fidelity)
+
+
+def _shared_links_lines(fidelity: dict) -> List[str]:
+    """Links two flows met on (flow-hashed multipath): the fabric's behaviour."""
+    known = fidelity.get("paths_known_count")
+    if not known:
+        return []
+    shared = fidelity.get("shared_links") or []
+    lines = ["", f"The data plane told the path of {plain(known)} flows (its own "
+                 f"multipath hash of each flow's ports). "]
+    if not shared:
+        lines[-1] += "No two of them crossed one link at the same time."
+        return lines
+    lines[-1] += (f"{plain(fidelity.get('flows_sharing_a_link_count'))} of them shared a "
+                  f"link with another flow while both ran, which slows both: the "
+                  f"fabric's ECMP at work, not an emulator error.")
+    lines.append("")
+    lines += _table(("link (direction)", "flows", "time shared (s)"),
+                    [(plain(row.get("link")), plain(", ".join(row.get("flows") or [])),
+                      plain(row.get("overlap_s"), 3)) for row in shared[:MAX_TABLE_ROWS]])
+    if len(shared) > MAX_TABLE_ROWS:
+        lines.append(f"\n... {len(shared) - MAX_TABLE_ROWS} more in {RESULT_FILE}.")
     return lines
 
 

@@ -27,10 +27,11 @@ h1 ping -c 2 h3
 """
 
 
-def test_cli_script_runs_every_command_and_survives_bad_input(tmp_path):
+def test_cli_script_runs_every_command_and_survives_bad_input(tmp_path, dataplane):
     script = tmp_path / "lab.cli"
     script.write_text(SCRIPT)
     done = run_cli("lab", "--set", "fabric.spec=hybrid,tors=2,hosts_per_tor=2", "--cli",
+                   "--set", f"dataplane={dataplane}",
                    "--cli-script", str(script), "--out", str(tmp_path / "out"))
     out = done.stdout + done.stderr  # Mininet prints its own commands on stderr
     assert done.returncode == 0, out + done.stderr
@@ -49,8 +50,9 @@ def test_cli_script_runs_every_command_and_survives_bad_input(tmp_path):
     assert_no_leftovers()
 
 
-def test_lab_scenario_pings_every_connected_pair(tmp_path):
-    done = run_cli("lab", "--set", "fabric.spec=hpn", "--out", str(tmp_path))
+def test_lab_scenario_pings_every_connected_pair(tmp_path, dataplane):
+    done = run_cli("lab", "--set", "fabric.spec=hpn", "--set", f"dataplane={dataplane}",
+                   "--out", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "networks_count = 2" in done.stdout, done.stdout
     assert "ping_loss_pct = 0" in done.stdout, done.stdout

@@ -1,13 +1,16 @@
-"""Every fabric of the library, materialised in Mininet at emulated scale.
+"""Every fabric of the library, materialised in Mininet at emulated scale, on both data planes.
 
-For each: all pairs reach each other, the select groups installed in OVS are
-the ECMP next hops the fabric computes, and a ping stream between two
-far-apart hosts leaves only by ports on the computed shortest paths.
+For each: all pairs reach each other, the forwarding state installed in the
+data plane (OVS select groups, or the kernel's multipath routes) holds the
+ECMP next hops the fabric computes, and a ping stream between two far-apart
+hosts leaves only by ports on the computed shortest paths.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 
 import networkx as nx
 import pytest
@@ -26,29 +29,36 @@ FABRICS = sorted(registry.names())
 PINGS = 200
 
 
-def installed_groups(bed, switch: str):
-    """group id -> output ports of an EPS switch's select groups, from OVS itself."""
-    out = bed.net.get("fe" + switch).cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-groups fe{switch}")
-    groups = {}
-    for line in out.splitlines():
-        match = re.search(r"group_id=(\d+),type=(?:select|indirect)(.*)", line)
-        if match:
-            groups[int(match.group(1))] = tuple(sorted(
-                int(p) for p in re.findall(r"actions=output:(\d+)", match.group(2))))
-    return groups
+def installed_routes(bed, switch: str):
+    """destination host -> output ports, as the data plane itself holds them: OVS's
+    select and indirect groups (group id = host index), or the kernel's routes."""
+    fabric = bed.fabric
+    if bed.dataplane.kind == "ovs":
+        out = bed.net.get("fe" + switch).cmd(
+            f"ovs-ofctl --no-names -O OpenFlow13 dump-groups fe{switch}")
+        by_index = {fabric.graph.nodes[h]["index"]: h for h in fabric.hosts}
+        routes = {}
+        for line in out.splitlines():
+            match = re.search(r"group_id=(\d+),type=(?:select|indirect)(.*)", line)
+            if match:
+                routes[by_index[int(match.group(1))]] = tuple(sorted(
+                    int(p) for p in re.findall(r"actions=output:(\d+)", match.group(2))))
+        return routes
+    pid = bed.net.get("fe" + switch).pid
+    out = subprocess.run(["mnexec", "-a", str(pid), "ip", "-json", "route", "show"],
+                         capture_output=True, text=True, check=True).stdout
+    by_ip = {fabric.graph.nodes[h]["ip"]: h for h in fabric.hosts}
+    routes = {}
+    for route in json.loads(out):
+        hops = route.get("nexthops") or ([route] if "dev" in route else [])
+        routes[by_ip[route["dst"]]] = tuple(sorted(int(hop["dev"].rsplit("-eth", 1)[1])
+                                                   for hop in hops))
+    return routes
 
 
 def port_tx(bed, switch: str):
-    out = bed.net.get("fe" + switch).cmd(f"ovs-ofctl --no-names -O OpenFlow13 dump-ports fe{switch}")
-    counts, port = {}, None
-    for line in out.splitlines():
-        head = re.match(r"\s*port\s+(\d+|LOCAL):", line)
-        if head:
-            port = head.group(1)
-        tx = re.search(r"tx pkts=(\d+)", line)
-        if tx and port is not None and port != "LOCAL":
-            counts[int(port)] = int(tx.group(1))
-    return counts
+    """Packets sent per port of a switch, from the controller's counters."""
+    return {port: values["tx_packets"] for port, values in bed.counters()[switch].items()}
 
 
 def shortest_paths(fabric, src, dst):
@@ -85,10 +95,11 @@ def far_apart_pair(fabric):
 
 
 @pytest.mark.parametrize("name", FABRICS)
-def test_fabric_reachability_and_routes(name, tmp_path):
+def test_fabric_reachability_and_routes(name, tmp_path, dataplane):
     fabric = registry.build(name)
     scale = Scale.from_rates(host_gbps(fabric), 20)
-    with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None) as bed:
+    with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None,
+                 dataplane=dataplane) as bed:
         # Some fabrics are several networks on purpose (HPN's two planes):
         # every pair the fabric connects must reach, pair by pair.
         for component in connected_host_sets(fabric):
@@ -98,12 +109,11 @@ def test_fabric_reachability_and_routes(name, tmp_path):
         table = routing.next_hops(routing.base_graph(fabric),
                                   transit_hosts=bool(fabric.params.get("transit_hosts")))
         for switch in fabric.eps_switches:
-            groups = installed_groups(bed, switch)
+            routes = installed_routes(bed, switch)
             for host in fabric.hosts:
-                gid = fabric.graph.nodes[host]["index"]
-                assert groups.get(gid) == table[switch].get(host, ()), \
-                    f"{name}: {switch} -> {host}: OVS has {groups.get(gid)}, " \
-                    f"fabric computes {table[switch].get(host)}"
+                assert routes.get(host, ()) == table[switch].get(host, ()), \
+                    f"{name}: {switch} -> {host}: the {dataplane} data plane has " \
+                    f"{routes.get(host)}, fabric computes {table[switch].get(host)}"
 
         src, dst = far_apart_pair(fabric)
         forward, paths = expected_out_ports(fabric, src, dst)

@@ -11,12 +11,12 @@ from tests.integration.utils import assert_no_leftovers, run_ok
 pytestmark = pytest.mark.require_root
 
 
-def test_tor_failure_mid_stream_on_zcube_serves_every_request(tmp_path):
-    run, result = run_ok("pd-failure", tmp_path, "pd-failure.fabrics=zcube",
-                         "pd-failure.requests=8", "pd-failure.repeats=2", files=("report.md", "flows.csv",
-                                                           "pd_failure.png",
-                                                           "zcube/controller.log"),
-                         timeout_s=300)
+def test_tor_failure_mid_stream_on_zcube_serves_every_request(tmp_path, dataplane):
+    run, result = run_ok("pd-failure", tmp_path, f"dataplane={dataplane}",
+                         "pd-failure.fabrics=zcube", "pd-failure.requests=8",
+                         "pd-failure.repeats=2",
+                         files=("report.md", "flows.csv", "pd_failure.png",
+                                "zcube/controller.log"), timeout_s=300)
     metrics = result["metrics"]
     zcube = metrics["zcube"]
     assert zcube["served_count"] == zcube["requests_count"] == 16, "8 requests, 2 repeats"

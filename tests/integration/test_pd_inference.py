@@ -15,12 +15,17 @@ from traffic import fastlane
 pytestmark = pytest.mark.require_root
 
 
-def test_pd_inference_short_on_zcube(tmp_path):
-    run, result = run_ok("pd-inference", tmp_path, "pd-inference.fabrics=zcube",
-                         "pd-inference.requests=10", "pd-inference.d_credits=2",
+def test_pd_inference_short_on_zcube(tmp_path, dataplane):
+    run, result = run_ok("pd-inference", tmp_path, f"dataplane={dataplane}",
+                         "pd-inference.fabrics=zcube", "pd-inference.requests=10",
+                         "pd-inference.d_credits=2",
                          files=("report.md", "flows.csv", "ttft_cdf.png", "pd_bars.png",
-                                "d_ingress.png", "zcube/controller.log", "zcube/links.csv",
-                                "zcube/captures/links.pcap"), timeout_s=240)
+                                "d_ingress.png", "zcube/controller.log", "zcube/links.csv"),
+                         timeout_s=240)
+    # One capture of every switch port: in the root namespace on OVS, one per
+    # switch namespace on the kernel data plane.
+    captures = sorted((run / "zcube" / "captures").glob("links*.pcap"))
+    assert len(captures) == (1 if dataplane == "ovs" else 8), captures
     metrics = result["metrics"]
     zcube = metrics["zcube"]
     assert zcube["requests_count"] == 10 and zcube["served_count"] == 10, zcube
@@ -56,10 +61,10 @@ def test_pd_inference_short_on_zcube(tmp_path):
     assert_no_leftovers()
 
 
-def test_rail_fabric_large_kv_rides_reserved_fast_lanes(tmp_path):
-    run, result = run_ok("pd-inference", tmp_path, "pd-inference.fabrics=rail-fabric",
-                         "pd-inference.requests=8", files=("rail-fabric/links.csv",),
-                         timeout_s=240)
+def test_rail_fabric_large_kv_rides_reserved_fast_lanes(tmp_path, dataplane):
+    run, result = run_ok("pd-inference", tmp_path, f"dataplane={dataplane}",
+                         "pd-inference.fabrics=rail-fabric", "pd-inference.requests=8",
+                         files=("rail-fabric/links.csv",), timeout_s=240)
     rail = result["metrics"]["rail-fabric"]
     assert rail["served_count"] == 8, rail
     assert rail["large_requests_count"] >= 1 and rail["lane_flows_count"] >= 1, rail

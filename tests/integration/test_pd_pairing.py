@@ -10,8 +10,9 @@ from tests.integration.utils import assert_no_leftovers, run_ok
 pytestmark = pytest.mark.require_root
 
 
-def test_credits_cap_the_incast_into_each_d(tmp_path):
-    run, result = run_ok("pd-pairing", tmp_path, "pd-pairing.pairings=fixed,score",
+def test_credits_cap_the_incast_into_each_d(tmp_path, dataplane):
+    run, result = run_ok("pd-pairing", tmp_path, f"dataplane={dataplane}",
+                         "pd-pairing.pairings=fixed,score",
                          "pd-pairing.credits=2,0", "pd-pairing.requests=12",
                          files=("report.md", "flows.csv", "d_ingress.png", "ttft_cdf.png",
                                 "pd_bars.png"), timeout_s=300)

@@ -11,8 +11,9 @@ from tests.integration.utils import assert_no_leftovers, run_ok
 pytestmark = pytest.mark.require_root
 
 
-def test_rfabric_proxy_hides_reconfiguration_in_iteration_2(tmp_path):
-    run, result = run_ok("rfabric", tmp_path, "rfabric.fabrics=rfabric", "rfabric.iterations=2",
+def test_rfabric_proxy_hides_reconfiguration_in_iteration_2(tmp_path, dataplane):
+    run, result = run_ok("rfabric", tmp_path, f"dataplane={dataplane}", "rfabric.fabrics=rfabric",
+                         "rfabric.iterations=2",
                          files=("report.md", "flows.csv", "timeline.png", "steps.png",
                                 "rfabric/controller.log"), timeout_s=300)
     assert list((run / "rfabric" / "dumps").glob("*.txt")), "no switch dumps at teardown"
@@ -28,5 +29,5 @@ def test_rfabric_proxy_hides_reconfiguration_in_iteration_2(tmp_path):
     assert (1, "reactive") in modes and (2, "proactive") in modes, modes
     dark = result["timeline"]["dark_windows"]
     assert dark and all(w["end"] > w["start"] for w in dark), dark
-    assert result["datapath"] in ("netdev", "system") and "cpu" in result["fidelity"]
+    assert result["dataplane"] == dataplane and "cpu" in result["fidelity"]
     assert_no_leftovers()

@@ -20,24 +20,27 @@ from topologies import registry
 pytestmark = pytest.mark.require_root
 
 
-def _assert_results_folder(run):
+def _assert_results_folder(run, dataplane):
     for name in ("result.json", "flows.csv", "report.md", "timeline.png", "controller.log"):
         assert (run / name).is_file(), f"{name} missing from {run}: {sorted(os.listdir(run))}"
     assert list((run / "dumps").glob("*.txt")), "no flow/group dumps taken at teardown"
     result = json.loads((run / "result.json").read_text())
     assert result["status"] == "ok", result["status"]
-    assert result["datapath"] in ("netdev", "system")
+    assert result["dataplane"] == dataplane, result.get("dataplane")
+    assert result["datapath"] in (("netdev", "system") if dataplane == "ovs" else (None,))
+    assert result["congestion_control"] == "cubic"
     assert "cpu" in result["fidelity"] and "warnings" in result["fidelity"]
     assert "Traceback" not in (run / "controller.log").read_text()
     return result
 
 
-def test_ocs_reconfig_end_to_end(tmp_path):
+def test_ocs_reconfig_end_to_end(tmp_path, dataplane):
     done = run_cli("ocs-reconfig", "--out", str(tmp_path), "--set", "presets=mems,lc",
-                   "--set", "settle_s=1.5")
+                   "--set", "settle_s=1.5", "--set", f"dataplane={dataplane}")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"data plane {dataplane}" in done.stdout, done.stdout
     run = only_run(tmp_path)
-    result = _assert_results_folder(run)
+    result = _assert_results_folder(run, dataplane)
     rows = result["metrics"]["reconfig"]
     assert [r["preset"] for r in rows] == ["mems", "lc"]
     for row in rows:
@@ -49,18 +52,43 @@ def test_ocs_reconfig_end_to_end(tmp_path):
     assert_no_leftovers()
 
 
-def test_allreduce_end_to_end(tmp_path):
+def test_allreduce_end_to_end(tmp_path, dataplane):
     done = run_cli("allreduce", "--out", str(tmp_path), "--set", "bytes_real=2e8",
-                   "--set", "hosts=4")
+                   "--set", "hosts=4", "--set", f"dataplane={dataplane}")
     assert done.returncode == 0, done.stdout + done.stderr
-    result = _assert_results_folder(only_run(tmp_path))
+    result = _assert_results_folder(only_run(tmp_path), dataplane)
     metrics = result["metrics"]
     assert metrics["hosts_count"] == 4
     assert len(result["steps"]) == 2 * (4 - 1)
     assert metrics["completion_s"] >= metrics["ideal_s"] * 0.95, metrics
     assert metrics["completion_over_ideal_ratio"] == pytest.approx(
         metrics["completion_s"] / metrics["ideal_s"])
+    fidelity = result["fidelity"]
+    if dataplane == "linux":
+        # The kernel tells each flow's path by its own multipath hash of the ports.
+        assert fidelity["paths_known_count"] == 2 * (4 - 1) * 4, fidelity
+        assert "path of 24 flows" in (only_run(tmp_path) / "report.md").read_text()
+    else:
+        assert fidelity["paths_known_count"] == 0
     assert_no_leftovers()
+
+
+def test_ovs_where_open_vswitch_is_missing_is_refused_before_anything_exists(tmp_path):
+    """A PATH without Open vSwitch's programs stands for a machine without it."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("ip", "tc", "mnexec", "modprobe", "sysctl"):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        if found:
+            (bare / tool).symlink_to(found)
+    done = subprocess.run([sys.executable, "-m", "emu.run", "allreduce", "--out",
+                           str(tmp_path / "out"), "--set", "dataplane=ovs"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PATH=str(bare)))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "dataplane 'ovs': Open vSwitch is not installed" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+    assert not leftovers()
 
 
 def test_bad_scenario_fails_before_anything_exists(tmp_path):
@@ -75,7 +103,8 @@ def test_bad_scenario_fails_before_anything_exists(tmp_path):
 
 def test_second_run_is_refused_while_one_is_active(tmp_path):
     fabric = registry.build("hybrid,tors=2,hosts_per_tor=1")
-    with Testbed(fabric, Scale.from_rates(400, 20), tmp_path / "first", log=lambda m: None):
+    with Testbed(fabric, Scale.from_rates(400, 20), tmp_path / "first", log=lambda m: None,
+                 dataplane="linux"):
         done = run_cli("ocs-reconfig", "--out", str(tmp_path / "second"))
         assert done.returncode == 3, done.stdout + done.stderr
         assert "another emulation is running" in done.stderr, done.stderr
@@ -95,8 +124,8 @@ def _start_run(tmp_path, *extra):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_leaves_nothing(tmp_path, sig):
-    proc, lines = _start_run(tmp_path)
+def test_interrupted_run_leaves_nothing(tmp_path, sig, dataplane):
+    proc, lines = _start_run(tmp_path, "--set", f"dataplane={dataplane}")
     proc.send_signal(sig)
     code = proc.wait(timeout=120)
     assert code == 130, f"exit code {code}:\n{''.join(lines)}"
@@ -105,13 +134,17 @@ def test_interrupted_run_leaves_nothing(tmp_path, sig):
     assert result["status"] == "interrupted"
 
 
-def test_killed_run_is_cleaned_by_the_next_one(tmp_path):
-    proc, lines = _start_run(tmp_path / "killed")
+def test_killed_run_is_cleaned_by_the_next_one(tmp_path, dataplane):
+    proc, lines = _start_run(tmp_path / "killed", "--set", f"dataplane={dataplane}")
     os.killpg(proc.pid, signal.SIGKILL)  # no finally block runs
     proc.wait(timeout=30)
-    assert leftovers(), "a SIGKILLed run should have left something to clean"
+    if dataplane == "ovs":
+        # Open vSwitch keeps its bridges; on the kernel data plane every
+        # namespace dies with the shell that held it, and the controller with it.
+        assert leftovers(), "a SIGKILLed run should have left its bridges to clean"
     done = subprocess.run([sys.executable, "-m", "emu.clean"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "removed" in done.stdout
+    if dataplane == "ovs":
+        assert "removed" in done.stdout, done.stdout
     assert_no_leftovers()

@@ -6,8 +6,7 @@ import os
 import queue
 
 import pytest
-from fakes import (FakeDatapath, FakeNetwork, FakeSwitchError, RecordingApplier, assert_delivered,
-                   decode)
+from fakes import FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode
 
 from controllers import launcher
 from controllers.openflow import app, messages as ofmsg

@@ -16,15 +16,16 @@ from emu.live.cpu import CpuSampler, CpuSnapshot, PsutilReader, cpu_sample
 class FakeReader:
     """Counters set by the test: machine (busy s, total s, cores) and {pid: (name, cpu s)}."""
 
-    def __init__(self, busy_s=0.0, total_s=0.0, cores=2, processes=None):
-        self.set(busy_s, total_s, processes or {})
+    def __init__(self, busy_s=0.0, total_s=0.0, cores=2, processes=None, softirq_s=0.0):
+        self.set(busy_s, total_s, processes or {}, softirq_s)
         self.cores = cores
 
-    def set(self, busy_s, total_s, processes):
+    def set(self, busy_s, total_s, processes, softirq_s=0.0):
         self.busy_s, self.total_s, self.processes = busy_s, total_s, dict(processes)
+        self.softirq_s = softirq_s
 
     def machine(self):
-        return self.busy_s, self.total_s, self.cores
+        return self.busy_s, self.total_s, self.cores, self.softirq_s
 
     def process_cpu_s(self, pid):
         if pid not in self.processes:
@@ -45,8 +46,9 @@ def busy_for(seconds):
 
 def test_psutil_reader_agrees_with_the_machine_and_this_process():
     reader = PsutilReader()
-    busy_s, total_s, cores = reader.machine()
+    busy_s, total_s, cores, softirq_s = reader.machine()
     assert 0 < busy_s < total_s and cores == psutil.cpu_count()
+    assert 0 <= softirq_s < busy_s
     mine = psutil.Process().cpu_times()
     assert reader.process_cpu_s(os.getpid()) >= mine.user + mine.system - 0.05
     assert os.getpid() in reader.find_pids(psutil.Process().name())
@@ -74,17 +76,19 @@ def test_sampler_finds_a_process_that_starts_late():
     reader = FakeReader(busy_s=0.0, total_s=10.0)
     sampler = CpuSampler(("ovs-vswitchd",), interval_s=60, reader=reader)
     sampler.take_baseline()                 # sampled by hand, no thread
-    reader.set(5.0, 20.0, {42: ("ovs-vswitchd", 0.0)})
+    reader.set(5.0, 20.0, {42: ("ovs-vswitchd", 0.0)}, softirq_s=2.5)
     first = sampler.sample_now()
     assert first.machine_pct == pytest.approx(50.0)
+    assert first.softirq_pct == pytest.approx(25.0), "softirq: a share of all cores, too"
     assert first.process_pct_of_core["ovs-vswitchd"] is None   # just appeared
-    reader.set(5.0, 20.0, {42: ("ovs-vswitchd", 1.0)})
+    reader.set(5.0, 20.0, {42: ("ovs-vswitchd", 1.0)}, softirq_s=2.5)
     second = sampler.sample_now()
     assert second.machine_pct is None       # no CPU time elapsed: undefined
     assert second.process_pct_of_core["ovs-vswitchd"] > 0
     summary = sampler.summary()
     assert summary["samples"] == 2 and summary["cores"] == 2
     assert summary["machine_cpu_pct"] == {"mean": 50.0, "max": 50.0}
+    assert summary["softirq_pct"] == {"mean": 25.0, "max": 25.0}
     assert summary["processes"]["ovs-vswitchd"]["pids"] == [42]
     assert summary["processes"]["ovs-vswitchd"]["found"]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from emu.fidelity import assess, fidelity_rows, path_cap_mbps, path_links
+from emu.fidelity import assess, fidelity_rows, path_cap_mbps, path_links, shared_links
 from emu.live.replay import FlowResult
 from topologies import registry
 from traffic.scale import Scale
@@ -92,3 +92,33 @@ def test_hosts_without_a_path_have_no_cap():
     fabric.set_circuits("o1", [])
     far = next(h for h in fabric.hosts if fabric.host_port(h)[0] != fabric.host_port("h1")[0])
     assert path_cap_mbps(fabric, scale, "h1", far) is None and path_links(fabric, "h1", far) == []
+
+
+def test_rows_take_the_path_the_data_plane_gave_each_flow():
+    fabric = registry.build("fattree,k=4")
+    scale = Scale.from_rates(400, 10)
+    edge = fabric.host_port("h1")[0]
+    path = ["h1", edge, "h2"]
+    rows = fidelity_rows(fabric, scale, [result("a", "h1", "h2"), result("b", "h1", "h16")],
+                         paths={"a": path})
+    assert rows[0]["links"] == [f"h1->{edge}", f"{edge}->h2"] and rows[0]["path"] == path
+    assert "path" not in rows[1] and rows[1]["links"] == path_links(fabric, "h1", "h16"), \
+        "a flow without a known path keeps every shortest path's links"
+
+
+def test_flows_that_met_on_a_link_are_listed_with_the_time_they_shared():
+    def known(flow_id, start, end, links):
+        return dict(flow(flow_id, start, end, 9.0, 10.0, links), path=["x"])
+
+    flows = [known("a", 0, 10, ["s1->s2", "s2->s3"]),
+             known("b", 5, 12, ["s1->s2"]),             # meets a on s1->s2 for 5 s
+             known("c", 0, 10, ["s2->s1"]),             # the other direction: not shared
+             known("d", 10, 20, ["s2->s3"]),            # starts as a ends: not shared
+             flow("e", 0, 10, 9.0, 10.0, ["s1->s2"])]   # path unknown: not counted
+    shared = shared_links(flows)
+    assert shared == [{"link": "s1->s2", "flows": ["a", "b"], "overlap_s": 5.0}]
+    report = assess(flows, IDLE_CPU)
+    assert report["paths_known_count"] == 4
+    assert report["flows_sharing_a_link_count"] == 2 and report["shared_links"] == shared
+    assert not any("s1->s2" in text for text in report["warnings"]), \
+        "a shared link explains a slowdown; it is not a warning"

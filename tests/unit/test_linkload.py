@@ -352,3 +352,34 @@ yKWF69dsBWuAEQCA/igAAAEBCAr5q+vloKFDKctcAmveDIYvSAAAAEgAAAAIAAAAAAAAAQMEAAYA
 AAAAAAAAAEUAADQK+UAAQAYxyX8AAAF/AAAByjC4E9dsBWvIpYXsgBAAVv4oAAABAQgKoKFDKfmr
 6+U=
 """
+
+
+def test_one_capture_per_switch_namespace_gives_the_same_loads(tmp_path, fabric, interfaces):
+    """The kernel data plane: each switch is a namespace with its own interface
+    numbering; the per-namespace captures merge by interface name."""
+    packets = traversal(interfaces, H1_TO_H2, T0) + traversal(interfaces, H3_TO_H4, T0 + 0.1)
+    whole = linkload.analyse(sll2_capture(tmp_path / "all.pcap", packets), interfaces, fabric,
+                             bw_factor=1e-3)
+    by_name = {name: index for index, name in interfaces.items()}
+    parts = []
+    for switch in ("s1", "s3", "s4"):
+        names = sorted(n for n in by_name if n.startswith(f"fe{switch}-"))
+        local = {2 + i: name for i, name in enumerate(names)}      # renumbered per namespace
+        local[1] = "lo"
+        to_local = {by_name[name]: index for index, name in local.items() if name in by_name}
+        mine = [(ts, to_local[ifindex], kind, length) for ts, ifindex, kind, length in packets
+                if ifindex in to_local]
+        path = sll2_capture(tmp_path / f"{switch}.pcap", mine)
+        parts.append((path, linkload.save_interface_map(tmp_path / f"{switch}.json", local,
+                                                        dropped_by_kernel=1)))
+    merged = linkload.analyse_parts(parts, fabric, bw_factor=1e-3)
+    assert [(l.src, l.dst, l.bytes, l.packets) for l in merged.links] == \
+        [(l.src, l.dst, l.bytes, l.packets) for l in whole.links]
+    assert merged.duplicates == whole.duplicates and merged.dropped_by_kernel == 3
+    filters = linkload.capture_filter({i: n for n, i in by_name.items()
+                                       if n.startswith("fes1-")}, fabric, nodes=["s1"])
+    assert "outbound" in filters
+    with pytest.raises(ValueError, match="not interfaces of this namespace"):
+        linkload.capture_filter({1: "lo"}, fabric, nodes=["s1"])
+    with pytest.raises(ValueError, match="no capture"):
+        linkload.analyse_parts([], fabric)

@@ -225,3 +225,48 @@ def test_recovery_time_follows_a_ramp():
 
 def test_gap_is_a_plain_dataclass():
     assert Gap(1.0, 2.0, 1.0) == Gap(start=1.0, end=2.0, duration_s=1.0, closed=True)
+
+
+def iperf3_datagram(seq, sent, arrival, src=H1, dport=5301):
+    """An iperf3 UDP probe datagram: send time (s, us) and count, then padding."""
+    import struct
+    header = struct.pack("!IIi", int(sent), round((sent - int(sent)) * 1e6), seq)
+    packet = Ether() / IP(src=src, dst=H2) / UDP(sport=4000, dport=dport) / (header + b"p" * 52)
+    packet.time = arrival
+    return packet
+
+
+def test_probe_records_carry_send_time_and_sequence(tmp_path):
+    from traffic.measure.pcap import probe_records
+    path = tmp_path / "probe.pcap"
+    wrpcap(str(path), [iperf3_datagram(1, T0 + 0.25, T0 + 0.2501),
+                       tcp(H1, H2, 40000, 5301, T0 + 0.3),
+                       iperf3_datagram(2, T0 + 0.5, T0 + 0.5003, dport=9)])
+    (probe,) = probe_records(path, dport=5301)
+    assert probe.seq == 1 and probe.sent == pytest.approx(T0 + 0.25, abs=1e-6)
+    assert probe.arrival == pytest.approx(T0 + 0.2501, abs=1e-6)
+    assert [r.seq for r in probe_records(path)] == [1, 2], "no port filter: every datagram"
+
+
+def test_sequence_blackout_is_the_senders_lost_stretch_whatever_the_queueing():
+    from traffic.measure.pcap import ProbeRecord, sequence_blackout
+    period = 0.0001
+    records = []
+    for seq in range(1, 2001):
+        sent = T0 + seq * period
+        if T0 + 0.1 <= sent < T0 + 0.11:
+            continue                                  # 10 ms dark: 100 probes lost
+        # Queueing shrinks across the loss (a queue drained into the dark):
+        # arrival gaps alone would read the blackout 5 ms short.
+        delay = 0.006 if sent < T0 + 0.1 else 0.001
+        records.append(ProbeRecord(sent + delay, sent, seq))
+    gap = sequence_blackout(records, T0 + 0.1, window_s=0.05, period_s=period)
+    assert gap.lost == 100
+    assert gap.duration_s == pytest.approx(0.010, abs=2e-6)
+    arrivals = blackout_near([r.arrival for r in records], T0 + 0.1, window_s=0.05,
+                             nominal_interval_s=period)
+    assert arrivals.duration_s == pytest.approx(0.005, abs=2e-6), \
+        "the arrival gap is what the sequence numbers correct"
+    assert sequence_blackout(records, T0 + 5.0, window_s=0.05, period_s=period) is None
+    lossless = sequence_blackout(records, T0 + 0.15, window_s=0.01, period_s=period)
+    assert lossless.lost == 0 and lossless.duration_s == pytest.approx(0.0, abs=1e-9)

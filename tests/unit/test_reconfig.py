@@ -25,7 +25,7 @@ from topologies import hybrid, registry
 from topologies.fabric import EPS, OCS, FabricError
 
 DELAY_MS = 5.0
-STAMP_ORDER = ["start", "routes_moved", "tear_sent", "torn", "dark_end", "lit",
+STAMP_ORDER = ["start", "routes_moved", "tear_sent", "torn", "repointed", "dark_end", "lit",
                "routes_restored"]
 # hybrid,tors=4: the ring is 2-3, 4-5, 6-7, 8-1 (ToR t has OCS ports 2t+1, 2t+2).
 # Keep 2-3 and 4-5, re-wire the ToR3 circuits: the same ring over other ports.
@@ -171,12 +171,12 @@ def test_reconfigure_core_with_injected_clock_and_lead():
                          sync=lambda: events.append("sync"), light_lead_s=0.002)
     stamps = result["timestamps"]
     assert (stamps["tear_sent"], stamps["torn"]) == (2.0, 3.0)
-    assert events[1][0] == "o1", f"the tear goes out before the repoint: {events[1]}"
+    assert events[1] == ["o1"], f"the tear goes out alone, before the repoint: {events[1]}"
     rounds = [sorted(e) if isinstance(e, list) else e for e in events]
-    assert rounds == [["s1", "s3"], ["o1", "s4"], "sync", ("wait", pytest.approx(2.504)),
+    assert rounds == [["s1", "s3"], ["o1"], "sync", ["s4"], ("wait", pytest.approx(2.504)),
                       ["o1"], "sync", ["s1", "s3"]], \
-        "moves; tear (OCS first) with the repoint, sync; wait from 2.5 for 3 ms x tdf 2 " \
-        "less the 2 ms lead; light, sync; restore"
+        "moves; the tear alone, sync; the repoint; wait from 2.5 for 3 ms x tdf 2 less the " \
+        "2 ms lead; light, sync; restore"
     capped = reconfigure(svc.eps, core, core.plan(sorted(hybrid.circuit_set(fabric, "ring"))),
                          lambda batch: None, clock=time.time, wait_until=lambda t: None,
                          light_lead_s=99.0)
@@ -446,7 +446,6 @@ def test_port_status_down_reroutes_once_and_up_restores():
     port_edge = fabric.graph.edges[edge, agg, 0]["ports"][edge]
     port_agg = fabric.graph.edges[edge, agg, 0]["ports"][agg]
     far = fabric.hosts[-1]
-    datapaths = bed.network.datapaths
 
     reply = svc.port_changed(edge, port_edge, up=False)
     assert reply is not None and edge in reply["changed_switches"]
@@ -463,6 +462,23 @@ def test_port_status_down_reroutes_once_and_up_restores():
     assert len(assert_delivered(bed.network, "h1", far).delivered) == 4
 
 
+
+def test_a_link_shows_down_in_the_state_only_once_its_routes_are_written():
+    fabric = registry.build("fattree,k=4")
+    seen_during_apply = []
+
+    class Watching(RecordingApplier):
+        def apply(self, batch):
+            seen_during_apply.append(service.state()["down_links"])
+            super().apply(batch)
+
+    service = FabricService(fabric, Watching(fabric))
+    service.do_link("s7", "s5", up=False)
+    assert seen_during_apply == [[]], "a waiter must not see the link down before its routes"
+    assert service.state()["down_links"] == [["s5", "s7"]]
+    service.do_link("s7", "s5", up=True)
+    assert seen_during_apply[-1] == [["s5", "s7"]] and service.state()["down_links"] == []
+
 def test_port_status_of_an_unwired_port_is_ignored():
     bed = connected("fattree,k=4")
     local_port = 0xfffffffe
@@ -472,7 +488,7 @@ def test_port_status_of_an_unwired_port_is_ignored():
 
 def test_a_link_failed_by_hand_stays_down_when_its_ports_report_up():
     bed = connected("fattree,k=4")
-    svc, datapaths = bed.service, bed.network.datapaths
+    svc = bed.service
     edge, agg = "s7", "s5"
     port_edge = bed.fabric.graph.edges[edge, agg, 0]["ports"][edge]
     svc.do_link(edge, agg, up=False)
@@ -487,18 +503,18 @@ def test_a_link_failed_by_hand_stays_down_when_its_ports_report_up():
 
 
 # ---------------------------------------------------------------- intents, whatever the data plane
-def test_a_reconfiguration_hands_its_applier_four_rounds_of_intents():
+def test_a_reconfiguration_hands_its_applier_five_rounds_of_intents():
     """Data-plane neutral: the same sequence any applier would be given."""
     fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
     applier = RecordingApplier(fabric)
     svc = FabricService(fabric, applier)
     svc.do_reconfigure("o1", PARTIAL, technology="custom", delay_ms=0.0)
-    moved, torn, lit, restored = applier.batches
+    moved, torn, repointed, lit, restored = applier.batches
     assert all(isinstance(i, Route) for intents in moved.values() for i in intents)
-    assert torn["o1"] == [Lightpath("o1", 1, 8, False), Lightpath("o1", 6, 7, False)], \
-        "the tear names the circuits that go, dark"
-    assert all(isinstance(i, Route) for s, intents in torn.items() if s != "o1" for i in intents)
-    assert list(torn)[0] == "o1", "the tear goes out before the repoint"
+    assert torn == {"o1": [Lightpath("o1", 1, 8, False), Lightpath("o1", 6, 7, False)]}, \
+        "the tear, alone, names the circuits that go, dark"
+    assert list(repointed) == ["s4"] and all(isinstance(i, Route) for i in repointed["s4"]), \
+        "then the stranded destinations point at the circuits about to light"
     assert lit == {"o1": [Lightpath("o1", 1, 7, True), Lightpath("o1", 6, 8, True)]}
     assert all(isinstance(i, Route) for intents in restored.values() for i in intents)
     assert applier.syncs == 2, "the data plane is confirmed after the tear and after the light"

@@ -18,7 +18,7 @@ import pytest
 
 from emu.live import state
 from traffic.flows import Flow, FlowDag
-from emu.live.replay import Replayer
+from emu.live.replay import BASE_PORT, Replayer
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +30,7 @@ class LoopbackBed:
         for index, host in enumerate(hosts, start=2):
             graph.add_node(host, ip=f"127.0.0.{index}")
         self.fabric = SimpleNamespace(graph=graph)
+        self.congestion = "cubic"
 
     def popen(self, host, args, what, **kwargs):
         proc = subprocess.Popen(args, cwd=REPO, **kwargs)
@@ -59,6 +60,10 @@ def test_dag_order_bytes_and_receiver_side_end(tmp_path):
         assert results[flow.id].bytes_received >= flow.bytes, results[flow.id]
     assert results["f2"].start >= results["f1"].end, "f2 must wait for f1's end"
     assert results["f3"].start >= min(r.start for r in results.values()) + 0.25
+    for row in results.values():
+        # Reverse mode: the sender is the one-off server on the flow's source host.
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+        assert BASE_PORT <= row.sport < BASE_PORT + 100 and row.dport >= low, row
 
 
 def test_gate_holds_flows_until_on_done_releases_credit(tmp_path):

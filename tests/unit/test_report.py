@@ -113,7 +113,7 @@ def test_writes_report_and_valid_pngs(tmp_path):
         assert png.stat().st_size > 10_000
     report = (run / "report.md").read_text()
     # What was run.
-    for text in ("ocs-reconfig", "hybrid,k=4", "netdev (OVS userspace datapath)",
+    for text in ("ocs-reconfig", "hybrid,k=4", "Open vSwitch, userspace (netdev) datapath",
                  "x0.001", "x400", "openvswitch 3.1.0",
                  "100 Mbit/s emulated (100 Gbit/s real)",
                  "30 s emulated (75 ms real)"):
@@ -333,3 +333,23 @@ def test_python_m_emu_report_rerenders_a_run(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "emu.report", str(tmp_path / "nowhere")],
                              cwd=root, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "no result.json" in missing.stderr
+
+
+def test_kernel_data_plane_fidelity_shows_softirq_drops_and_shared_links(tmp_path):
+    result = synthetic_result()
+    result["fidelity"]["cpu"]["softirq_pct"] = {"mean": 12.5, "max": 31.0}
+    result["fidelity"]["drops"] = {"queue_drops": 17, "veth_drops": 0, "softnet_drops": 0,
+                                   "time_squeezes": 2, "vswitchd_hidden": None}
+    result["fidelity"].update(paths_known_count=8, flows_sharing_a_link_count=2, shared_links=[
+        {"link": "s1->s5", "flows": ["ring-0", "ring-4"], "overlap_s": 3.25}])
+    run = write_run(tmp_path / "run", result)
+    write_report(run)
+    report = (run / "report.md").read_text()
+    assert "| softirq: kernel forwarding (% of all cores) | 12.5 | 31 |" in report
+    assert "| emulated link queues (congestion) | 17 |" in report
+    assert "| ovs-vswitchd send failures (at least) | - |" in report
+    assert "path of 8 flows" in report and "2 of them shared a link" in report
+    assert "| s1->s5 | ring-0, ring-4 | 3.25 |" in report
+    result["fidelity"]["shared_links"] = []
+    write_report(write_run(tmp_path / "quiet", result))
+    assert "No two of them crossed one link" in (tmp_path / "quiet" / "report.md").read_text()

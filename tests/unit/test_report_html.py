@@ -95,7 +95,7 @@ def test_write_report_writes_self_contained_html(run):
     assert all("://" not in href for href in hrefs)
 
     # What was run, with the headline figures and their units.
-    for expected in ("ocs-reconfig", "hybrid,k=4", "netdev (OVS userspace datapath)",
+    for expected in ("ocs-reconfig", "hybrid,k=4", "Open vSwitch, userspace (netdev) datapath",
                      "x0.001", "x400", "openvswitch 3.1.0",
                      "100 Mbit/s emulated (100 Gbit/s real)",
                      "blackout_ms 8.01 s 20 ms", "goodput_mbps 93.5 Mbit/s 93.5 Gbit/s",
@@ -113,7 +113,7 @@ def test_write_report_writes_self_contained_html(run):
                  ("what-was-run", "fidelity-warnings-3", "headline-metrics",
                   "plots", "flows", "files", "resolved-configuration")]
     assert positions == sorted(positions)
-    assert page.index("netdev (OVS userspace datapath)") < page.index(SATURATION_WARNING)
+    assert page.index("Open vSwitch, userspace (netdev) datapath") < page.index(SATURATION_WARNING)
     # Tables, the resolved configuration and lists survive the conversion.
     assert "<th>index</th><th>blackout (ms)</th><th>recovery (ms)</th>" in compact(page)
     # The configuration's heading and sentence stay visible; its JSON is folded.

@@ -81,14 +81,15 @@ def test_builtin_allreduce_resolves_values_and_defaults():
     assert loaded.config["fabric"]["spec"] == "fattree,k=4,gbps=400"
     assert loaded.config["scale"] == {"link_mbps": 10.0, "tdf": 400.0}
     assert loaded.section == {"hosts": 8, "bytes_real": 1e9, "ring": []}
-    assert loaded.config["fidelity"] == {"saturation_pct": 90.0, "goodput_floor": 0.9}, \
+    assert loaded.config["fidelity"] == {"saturation_pct": 90.0, "softirq_pct": 50.0,
+                                         "goodput_floor": 0.9}, \
         "a section the file leaves out gets its defaults"
 
 
 def test_builtin_ocs_reconfig_resolves_its_section():
     loaded = scenario.load("ocs-reconfig")
     assert loaded.section["presets"] == ["rotornet", "mems", "piezo", "lc"]
-    assert loaded.section["probe_pps"] == 2000 and loaded.section["src"] == "h1"
+    assert loaded.section["probe_pps"] == 10000 and loaded.section["src"] == "h1"
 
 
 def test_a_file_of_ints_is_coerced_to_floats(tmp_path):

@@ -1,10 +1,13 @@
-"""Per-link load from one capture of every switch port, and the hottest links.
+"""Per-link load from captures of every switch port, and the hottest links.
 
-Mininet puts each host in its own network namespace but leaves the switches
-in the root one, so every switch port (``fes1-eth3``: the Mininet switch
-name, ``-eth``, the fabric port number) is visible there, and a single
-``tcpdump -i any -y LINUX_SLL2`` sees every packet at every switch port
-(`emu.live.capture.FabricCapture` takes it).  The Linux cooked v2 header
+Mininet puts each host in its own network namespace.  On Open vSwitch it
+leaves the switches in the root one, so every switch port (``fes1-eth3``:
+the Mininet switch name, ``-eth``, the fabric port number) is visible there,
+and a single ``tcpdump -i any -y LINUX_SLL2`` sees every packet at every
+switch port.  On the kernel data plane every switch is a namespace of its
+own: one such capture per switch, each with its own interface numbering,
+merged by interface name (`analyse_parts`).
+`emu.live.capture.FabricCapture` takes them.  The Linux cooked v2 header
 (www.tcpdump.org/linktypes/LINKTYPE_LINUX_SLL2.html, 20 bytes) records for
 each packet the interface index and the direction::
 
@@ -121,19 +124,23 @@ def switch_ports(fabric: Fabric) -> Dict[str, SwitchPort]:
     return ports
 
 
-def capture_filter(interfaces: Mapping[int, str], fabric: Fabric, base: str = "tcp") -> str:
+def capture_filter(interfaces: Mapping[int, str], fabric: Fabric, base: str = "tcp",
+                   nodes: Optional[Sequence[str]] = None) -> str:
     """A BPF filter for ``tcpdump -i any`` that keeps one copy per link traversal.
 
     Outgoing packets on every switch port, and incoming ones on host-facing
     ports only; nothing from the machine's other interfaces (management,
     loopback with the OpenFlow channel).  ``interfaces`` is index -> name
-    of the root namespace.  The kernel evaluates the filter for every
+    of the namespace captured; ``nodes`` names the switches whose ports live
+    there (default: every switch, as in the root namespace on Open vSwitch).
+    The kernel evaluates the filter for every
     packet on every interface, so the shorter of "is host-facing" and "is
     not switch-to-switch" is used, and the other interfaces are excluded by
     listing them (a handful) rather than listing every fabric port.
     """
     ports = switch_ports(fabric)
-    missing = sorted(set(ports) - set(interfaces.values()))
+    wanted = {name for name, port in ports.items() if nodes is None or port.node in nodes}
+    missing = sorted(wanted - set(interfaces.values()))
     if missing:
         raise ValueError(f"{len(missing)} switch port(s) of the fabric are not "
                          f"interfaces of this namespace: {', '.join(missing[:5])}")
@@ -417,31 +424,66 @@ def analyse(pcap_path, interfaces: Union[Mapping[int, str], str, Path], fabric: 
     peak bin is the busiest one, a last bin cut short by ``end`` counts as
     full, as in `traffic.measure.pcap.throughput_series`.
     """
+    return analyse_parts([(pcap_path, interfaces)], fabric, bw_factor=bw_factor,
+                         rate_mbps=rate_mbps, bin_s=bin_s, start=start, end=end)
+
+
+def analyse_parts(parts: Sequence[Tuple[object, Union[Mapping[int, str], str, Path]]],
+                  fabric: Fabric, *, bw_factor: Optional[float] = None,
+                  rate_mbps: Optional[RateFunction] = None, bin_s: Optional[float] = 1.0,
+                  start: Optional[float] = None, end: Optional[float] = None) -> LinkLoads:
+    """`analyse` over several captures, each with its own interface map: one per
+    network namespace where the switches live in namespaces (the kernel data
+    plane).  Interface names are unique across namespaces, so the captures
+    merge by name; a packet crossing a switch-switch link is still counted
+    once, outgoing at its sender."""
     if bin_s is not None and (isinstance(bin_s, bool) or not isinstance(bin_s, (int, float))
                               or not math.isfinite(bin_s) or bin_s <= 0):
         raise ValueError(f"bin_s must be a positive number of seconds or None, got {bin_s!r}")
     if start is not None and end is not None and end < start:
         raise ValueError(f"end ({end}) must not be before start ({start})")
+    if not parts:
+        raise ValueError("no capture to analyse")
     rate = _rate_function(bw_factor, rate_mbps)
-    extra = {}
-    if not isinstance(interfaces, Mapping):
-        interfaces, extra = load_interface_map(interfaces)
     ports = switch_ports(fabric)
-
-    tallies, first, last, outside, origin = _tally(pcap_path, start, end, bin_s, start)
+    dropped = None
+    tallies: Dict[Tuple[str, bool], _Tally] = {}
+    unknown: List[Tuple[int, _Tally]] = []
+    first = last = None
+    outside = 0
+    origin = start
+    for pcap_path, interfaces in parts:
+        extra = {}
+        if not isinstance(interfaces, Mapping):
+            interfaces, extra = load_interface_map(interfaces)
+        if extra.get("dropped_by_kernel") is not None:
+            dropped = (dropped or 0) + extra["dropped_by_kernel"]
+        part, part_first, part_last, part_outside, origin = _tally(pcap_path, start, end,
+                                                                   bin_s, origin)
+        outside += part_outside
+        if part_first is not None:
+            first = part_first if first is None else min(first, part_first)
+            last = part_last if last is None else max(last, part_last)
+        for (ifindex, outgoing), tally in part.items():
+            name = interfaces.get(ifindex)
+            if name is None:
+                unknown.append((ifindex, tally))
+                continue
+            merged = tallies.setdefault((name, outgoing), _Tally())
+            merged.packets += tally.packets
+            merged.bytes += tally.bytes
+            for index, length in tally.bins.items():
+                merged.bins[index] += length
     window_start = start if start is not None else first
     window_end = end if end is not None else last
 
     # The per-interface tallies become per-directed-link ones.
     per_link: Dict[Tuple[str, int], List[_Tally]] = defaultdict(list)
     result = LinkLoads(links=[], start=window_start, end=window_end, bin_s=bin_s,
-                       bin_start=None, outside=outside,
-                       dropped_by_kernel=extra.get("dropped_by_kernel"))
-    for (ifindex, outgoing), tally in sorted(tallies.items()):
-        name = interfaces.get(ifindex)
-        if name is None:
-            _add(result.unknown, ifindex, tally)
-            continue
+                       bin_start=None, outside=outside, dropped_by_kernel=dropped)
+    for ifindex, tally in unknown:
+        _add(result.unknown, ifindex, tally)
+    for (name, outgoing), tally in sorted(tallies.items()):
         port = ports.get(name)
         if port is None:
             if _SWITCH_PORT_NAME.match(name):

@@ -69,6 +69,7 @@ class PacketRecord:
     sport: Optional[int]
     dport: Optional[int]
     proto: str
+    payload: bytes = b""        # the first bytes of the TCP/UDP payload, when asked for
 
 
 @dataclass(frozen=True)
@@ -151,11 +152,14 @@ def iter_packet_records(pcap_path, *, proto: Optional[str] = None,
                         src_ip: Optional[str] = None,
                         dst_ip: Optional[str] = None,
                         dport: Optional[int] = None,
-                        sport: Optional[int] = None) -> Iterator[PacketRecord]:
+                        sport: Optional[int] = None,
+                        payload: int = 0) -> Iterator[PacketRecord]:
     """Stream the IPv4 packets of a capture that match every given filter.
 
     Non-IPv4 frames and packets that fail a filter are skipped.  A port
-    filter only matches TCP/UDP packets that carry that port.
+    filter only matches TCP/UDP packets that carry that port.  ``payload``
+    keeps up to that many bytes of a UDP (or TCP) payload in the record, as
+    far as the capture's snap length kept them.
     """
     if proto is not None and proto not in _PROTO_NUMBERS:
         raise ValueError(f"proto must be one of {sorted(_PROTO_NUMBERS)} or "
@@ -212,8 +216,17 @@ def iter_packet_records(pcap_path, *, proto: Optional[str] = None,
             dst_text = address_text.get(dst)
             if dst_text is None:
                 dst_text = address_text[dst] = socket.inet_ntoa(dst)
+            head = b""
+            if payload and ports[0] is not None:
+                if number == 17:
+                    start = l4 + 8                              # UDP header
+                elif len(frame) > l4 + 12:
+                    start = l4 + (frame[l4 + 12] >> 4) * 4      # TCP data offset
+                else:
+                    start = len(frame)
+                head = bytes(frame[start:start + payload])
             yield PacketRecord(ts, wirelen, src_text, dst_text, ports[0],
-                               ports[1], _PROTO_NAMES.get(number) or f"ip{number}")
+                               ports[1], _PROTO_NAMES.get(number) or f"ip{number}", head)
     finally:
         reader.close()
 
@@ -229,6 +242,77 @@ def packet_records(pcap_path, *, proto: Optional[str] = None,
     """
     return list(iter_packet_records(pcap_path, proto=proto, src_ip=src_ip,
                                     dst_ip=dst_ip, dport=dport, sport=sport))
+
+
+# iperf3 starts every UDP datagram with its send time (seconds, microseconds)
+# and a packet count, in network byte order (32-bit count by default).
+_IPERF3_UDP_HEADER = struct.Struct("!IIi")
+
+
+@dataclass(slots=True)
+class ProbeRecord:
+    """One datagram of an iperf3 UDP probe: when it arrived, when it was sent,
+    and its sequence number (epoch seconds; sender and receiver share a clock)."""
+
+    arrival: float
+    sent: float
+    seq: int
+
+
+def probe_records(pcap_path, *, src_ip: Optional[str] = None,
+                  dport: Optional[int] = None) -> List[ProbeRecord]:
+    """The iperf3 UDP probe datagrams of a capture, with their send timestamps
+    and sequence numbers, in arrival order; datagrams too short to carry the
+    header are skipped."""
+    records = []
+    for packet in iter_packet_records(pcap_path, proto="udp", src_ip=src_ip, dport=dport,
+                                      payload=_IPERF3_UDP_HEADER.size):
+        if len(packet.payload) < _IPERF3_UDP_HEADER.size:
+            continue
+        seconds, micros, seq = _IPERF3_UDP_HEADER.unpack(packet.payload)
+        records.append(ProbeRecord(packet.ts, seconds + micros / 1e6, seq))
+    return records
+
+
+@dataclass(frozen=True)
+class SequenceGap:
+    """Probes lost in a row: the send times around them and how many.
+
+    ``duration_s`` is the stretch of the sender's time whose probes never
+    arrived: the send time of the first probe after the loss, less that of
+    the last one before it, less one probe period.  Unlike a gap between
+    arrivals, it does not shrink or grow when queueing delay changes across
+    the loss, and its resolution is one probe period.
+    """
+
+    before_sent: float
+    after_sent: float
+    lost: int
+    duration_s: float
+
+
+def sequence_blackout(records: Sequence[ProbeRecord], t_event: float, window_s: float,
+                      period_s: float, margin_s: float = 0.001) -> Optional[SequenceGap]:
+    """The longest run of lost probes that arrived around an event: among pairs of
+    probes consecutive in sequence whose arrivals bracket any time of
+    ``[t_event - margin_s, t_event + window_s]``, the one with the largest jump
+    in sequence number.  None when no probe arrived on either side."""
+    period_s = _check_positive("period_s", period_s)
+    window_s = _check_positive("window_s", window_s)
+    ordered = sorted(records, key=lambda r: r.seq)
+    lo, hi = t_event - margin_s, t_event + window_s
+    best = None
+    for before, after in zip(ordered, ordered[1:]):
+        if after.arrival < lo or before.arrival > hi:
+            continue
+        jump = after.seq - before.seq
+        if best is None or jump > best[0]:
+            best = (jump, before, after)
+    if best is None:
+        return None
+    jump, before, after = best
+    return SequenceGap(before.sent, after.sent, max(0, jump - 1),
+                       max(0.0, after.sent - before.sent - period_s))
 
 
 # Analysis --------------------------------------------------------------------

@@ -1,0 +1,354 @@
+"""The netlink applier: intents to Linux kernel routers and tc patch panels.
+
+On the ``linux`` data plane every switch is a network namespace (Mininet
+node).  A packet switch is a kernel router; an OCS is a patch panel of tc
+ingress filters.  `NetlinkApplier` holds one netlink route socket per
+namespace (`controllers.netlink.namespaces`), carries intents out with it and
+returns once the kernel acknowledged every message: a change is in effect
+when its netlink acknowledgement arrives, so ``sync`` has nothing to wait for.
+
+==============================  ==================================================
+intent                          netlink
+==============================  ==================================================
+Reset (router)                  delete our routes and pin rules; static neighbours
+                                on every port: the host behind a host port, the
+                                gateway `GATEWAY` -> `ROUTER_MAC` behind the others
+Reset (OCS)                     remove every port's ingress qdisc (and its filter),
+                                add an empty one: every port dark
+Route                           ``dst/32``, one ``nexthop via GATEWAY dev port
+                                onlink`` per ECMP port (a host port: ``dev port``);
+                                no port: a blackhole route
+Lightpath lit / dark            a catch-all u32 filter on the ingress of each port,
+                                ``mirred egress redirect`` to the other / removed;
+                                one message each (`controllers.netlink.patch`)
+PinHop / UnpinHop               ``ip rule from src to dst lookup T`` with table T
+                                routing dst by the pinned port / both removed
+==============================  ==================================================
+
+Every router port carries the one `topologies.naming.ROUTER_MAC`, so the
+neighbour behind a fabric port never depends on which router a circuit leads
+to: a reconfiguration rewrites routes only.  The sockets are anything with
+pyroute2's ``IPRoute`` methods; unit tests give a recording fake.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Dict, List, Optional
+
+from controllers.intents import Batch, Intent, Lightpath, PinHop, Reset, Route, UnpinHop
+from topologies.fabric import HOST, OCS, Fabric
+from topologies.naming import ROUTER_MAC, interface
+
+LOG = logging.getLogger("fabric.netlink")
+
+# The next hop every router names on a fabric port: a key for the neighbour
+# entry (ROUTER_MAC), never an address any interface holds.
+GATEWAY = "100.64.0.1"
+PROTO_FABRIC = 71           # rtm_protocol of our routes (unassigned in iproute2's rt_protos)
+NUD_PERMANENT = 0x80
+RTNH_F_ONLINK = 4
+MAIN_TABLE = 254
+PIN_TABLE_BASE = 1000       # a pin's table and rule priority: base + its serial
+PIN_TABLES = 30000          # serials wrap into base .. base + PIN_TABLES
+INGRESS_PARENT = 0xFFFF0000
+ETH_P_ALL = 0x0003
+PATCH_PRIO = 1
+PATCH_CLASS = 0x10001       # u32 wants a class id; the mirred action decides alone
+ENETDOWN = 100
+ESRCH = 3
+MAX_HOPS = 32
+IFF_UP = 0x1
+IFF_LOWER_UP = 0x10000
+
+
+class NetlinkError(RuntimeError):
+    """The kernel refused a change, or a switch has no namespace."""
+
+
+def pin_table(serial: int) -> int:
+    return PIN_TABLE_BASE + serial % PIN_TABLES
+
+
+class NetlinkApplier:
+    """Applies intents to the namespaces of one fabric's switches."""
+
+    def __init__(self, fabric: Fabric):
+        self.fabric = fabric
+        self.sockets: Dict[str, object] = {}          # switch -> IPRoute-like socket
+        self.patches: Dict[str, object] = {}          # OCS -> PatchSocket (fast path)
+        self.lookups: Dict[str, object] = {}          # router -> RouteLookup
+        self.indexes: Dict[str, Dict[int, int]] = {}  # switch -> port -> ifindex
+        self.ready: set = set()
+        self.errors: List[str] = []
+        self._locks: Dict[str, threading.Lock] = {}
+
+    # ------------------------------------------------------------ namespaces
+    def attach(self, switch: str, socket, patch=None, lookup=None) -> None:
+        """Take the route socket of a switch's namespace and learn its ports; an
+        OCS may come with a `controllers.netlink.patch.PatchSocket`, which then
+        lights and tears its circuits, and a router with a
+        `controllers.netlink.lookup.RouteLookup`, which tells flows' paths."""
+        if switch not in self.fabric.switches:
+            raise NetlinkError(f"{switch!r} is not a switch of {self.fabric.name}")
+        ports = {}
+        for port in self.fabric.ports_of(switch):
+            name = interface(self.fabric, switch, port)
+            found = socket.link_lookup(ifname=name)
+            if not found:
+                raise NetlinkError(f"{switch}: no interface {name} in its namespace")
+            ports[port] = found[0]
+        self.sockets[switch] = socket
+        if patch is not None:
+            self.patches[switch] = patch
+        if lookup is not None:
+            self.lookups[switch] = lookup
+        self.indexes[switch] = ports
+        self._locks[switch] = threading.Lock()
+
+    def start(self, switch: str, intents: List[Intent]) -> None:
+        """Bring a freshly attached switch to ``intents``; it is ready afterwards."""
+        self.apply({switch: intents})
+        self.ready.add(switch)
+
+    def port_of(self, switch: str, ifname: str) -> Optional[int]:
+        """The fabric port of an interface name of this switch, if it is one."""
+        for port in self.fabric.ports_of(switch):
+            if interface(self.fabric, switch, port) == ifname:
+                return port
+        return None
+
+    # ------------------------------------------------------------ applying
+    def apply(self, batch: Batch) -> None:
+        """Carry out each switch's intents in order; every call returns once the
+        kernel acknowledged it (or raised its error)."""
+        for switch in batch:
+            if switch not in self.sockets:
+                raise NetlinkError(f"{switch} has no namespace attached")
+        for switch, intents in batch.items():
+            with self._locks[switch]:
+                for intent in intents:
+                    try:
+                        self._apply_one(switch, intent)
+                    except NetlinkError:
+                        raise
+                    except Exception as exc:   # pyroute2's NetlinkError, OSError...
+                        message = f"{switch}: {intent}: {type(exc).__name__}: {exc}"
+                        self.errors.append(message)
+                        raise NetlinkError(message) from exc
+
+    def sync(self) -> None:
+        """Nothing to wait for: a netlink acknowledgement means the kernel applied it."""
+
+    def _apply_one(self, switch: str, intent: Intent) -> None:
+        sock = self.sockets[switch]
+        if isinstance(intent, Reset):
+            if self.fabric.kind(switch) == OCS:
+                self._reset_patch_panel(switch, sock)
+            else:
+                self._reset_router(switch, sock)
+        elif isinstance(intent, Route):
+            self._replace_route(switch, sock, intent.dst_ip, intent.ports)
+        elif isinstance(intent, Lightpath):
+            patch = self.patches.get(switch)
+            for port, peer in ((intent.a, intent.b), (intent.b, intent.a)):
+                index = self.indexes[switch][port]
+                if patch is not None:
+                    if intent.lit:
+                        patch.light(index, self.indexes[switch][peer], PATCH_PRIO)
+                    else:
+                        patch.dark(index, PATCH_PRIO)
+                elif intent.lit:
+                    sock.tc("add-filter", "u32", index, parent=INGRESS_PARENT,
+                            protocol=ETH_P_ALL, prio=PATCH_PRIO, target=PATCH_CLASS,
+                            keys=["0x0/0x0+0"],
+                            action={"kind": "mirred", "direction": "egress",
+                                    "action": "redirect",
+                                    "ifindex": self.indexes[switch][peer]})
+                else:
+                    sock.tc("del-filter", "u32", index, parent=INGRESS_PARENT,
+                            protocol=ETH_P_ALL, prio=PATCH_PRIO, target=PATCH_CLASS)
+        elif isinstance(intent, PinHop):
+            table = pin_table(intent.serial)
+            if self._replace_route(switch, sock, intent.dst_ip, (intent.port,), table=table):
+                sock.rule("add", **self._pin_rule(intent.src_ip, intent.dst_ip, table))
+        elif isinstance(intent, UnpinHop):
+            table = pin_table(intent.serial)
+            sock.rule("del", **self._pin_rule(intent.src_ip, intent.dst_ip, table))
+            try:
+                sock.route("del", dst=f"{intent.dst_ip}/32", table=table)
+            except Exception as exc:
+                # The kernel deletes a route whose only port went down: a pin
+                # dropped by a link failure may have lost its route already.
+                if getattr(exc, "code", None) != ESRCH:
+                    raise
+        else:
+            raise NetlinkError(f"not an intent: {intent!r}")
+
+    def _replace_route(self, switch: str, sock, dst_ip: str, ports, **extra) -> bool:
+        """Install a route; returns whether any of its ports could carry it.
+
+        The kernel refuses a next hop on an interface that is down (ENETDOWN).
+        A link that went down an instant ago may not have reached the
+        controller's link state yet (its event is still queued behind the one
+        being handled), so the route is installed over the ports that are up;
+        the pending event then reroutes as usual.  With no port up, a
+        destination route becomes a blackhole and a pin is not installed (its
+        pair keeps its destination route).
+        """
+        alive = tuple(ports)
+        # Each refusal means one more port went down since the last look (a
+        # switch failing takes its links down one after another), so this ends.
+        for _ in range(len(alive) + 2):
+            if not alive and extra:
+                return False
+            try:
+                sock.route("replace", **self._route(switch, dst_ip, alive), **extra)
+                return bool(alive)
+            except Exception as exc:
+                if getattr(exc, "code", None) != ENETDOWN:
+                    raise
+            up = self._ports_up(switch, sock)
+            alive = tuple(port for port in ports if up.get(port))
+            LOG.info("%s: route to %s: port(s) %s down in the kernel, using %s", switch,
+                     dst_ip, sorted(set(ports) - set(alive)), list(alive) or "none")
+        raise NetlinkError(f"{switch}: route to {dst_ip}: its ports keep going down")
+
+    def _ports_up(self, switch: str, sock) -> Dict[int, bool]:
+        flags = {link["index"]: link["flags"] for link in sock.get_links()}
+        up = IFF_UP | IFF_LOWER_UP
+        return {port: flags.get(index, 0) & up == up
+                for port, index in self.indexes[switch].items()}
+
+    # ------------------------------------------------------------ translation
+    def _peer_is_host(self, switch: str, port: int) -> Optional[str]:
+        peer, _ = self.fabric.peer(switch, port)
+        return peer if self.fabric.kind(peer) == HOST else None
+
+    def _route(self, switch: str, dst_ip: str, ports) -> dict:
+        """A route to one host: its next hops, one per port (sorted), or a blackhole."""
+        spec = {"dst": f"{dst_ip}/32", "proto": PROTO_FABRIC}
+        if not ports:
+            return dict(spec, type="blackhole")
+        hops = []
+        for port in sorted(ports):
+            index = self.indexes[switch][port]
+            if self._peer_is_host(switch, port):
+                hops.append({"oif": index})
+            else:
+                hops.append({"gateway": GATEWAY, "oif": index, "flags": RTNH_F_ONLINK})
+        if len(hops) == 1:
+            return dict(spec, **hops[0])
+        return dict(spec, multipath=hops)
+
+    @staticmethod
+    def _pin_rule(src_ip: str, dst_ip: str, table: int) -> dict:
+        return {"table": table, "priority": table, "src": src_ip, "src_len": 32,
+                "dst": dst_ip, "dst_len": 32}
+
+    def _reset_router(self, switch: str, sock) -> None:
+        for route in sock.get_routes(table=MAIN_TABLE):
+            if route["proto"] == PROTO_FABRIC:
+                sock.route("del", dst=f"{route.get_attr('RTA_DST')}/{route['dst_len']}",
+                           table=MAIN_TABLE, type=route["type"])
+        for rule in sock.get_rules():
+            table = rule.get_attr("FRA_TABLE") or rule["table"]
+            if PIN_TABLE_BASE <= table < PIN_TABLE_BASE + PIN_TABLES:
+                sock.rule("del", table=table, priority=rule.get_attr("FRA_PRIORITY"))
+                sock.flush_routes(table=table)
+        for port in sorted(self.indexes[switch]):
+            self._install_neighbour(switch, sock, port)
+
+    def _install_neighbour(self, switch: str, sock, port: int) -> None:
+        index = self.indexes[switch][port]
+        host = self._peer_is_host(switch, port)
+        if host is not None:
+            data = self.fabric.graph.nodes[host]
+            sock.neigh("replace", dst=data["ip"], lladdr=data["mac"], ifindex=index,
+                       state=NUD_PERMANENT)
+        else:
+            sock.neigh("replace", dst=GATEWAY, lladdr=ROUTER_MAC, ifindex=index,
+                       state=NUD_PERMANENT)
+
+    def port_up(self, switch: str, port: int) -> None:
+        """A port came back: put its static neighbour back.
+
+        Taking an interface down (Mininet's ``configLinkStatus``) flushes its
+        neighbour entries, permanent ones included, so a restored link would
+        otherwise route into "host unreachable".  Call this before rerouting
+        onto the port.
+        """
+        if self.fabric.kind(switch) == OCS:
+            return
+        with self._locks[switch]:
+            self._install_neighbour(switch, self.sockets[switch], port)
+
+    def _reset_patch_panel(self, switch: str, sock) -> None:
+        for port, index in sorted(self.indexes[switch].items()):
+            qdiscs = [q for q in sock.get_qdiscs(index) if q.get_attr("TCA_KIND") == "ingress"]
+            if qdiscs:
+                sock.tc("del", "ingress", index)
+            sock.tc("add", "ingress", index)
+
+    # ------------------------------------------------------------ queries
+    def status(self) -> dict:
+        return {"connected": sorted(self.sockets), "ready_switches": sorted(self.ready),
+                "errors": list(self.errors)}
+
+    def counters(self) -> Dict[str, Dict[int, dict]]:
+        """Every attached switch's port counters, from the kernel's link statistics."""
+        result: Dict[str, Dict[int, dict]] = {}
+        for switch, sock in sorted(self.sockets.items()):
+            by_index = {link["index"]: link.get_attr("IFLA_STATS64") or {}
+                        for link in sock.get_links()}
+            result[switch] = {
+                port: {key: int(by_index.get(index, {}).get(key, 0)) for key in (
+                    "rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped",
+                    "tx_dropped")}
+                for port, index in sorted(self.indexes[switch].items())}
+        return result
+
+    def path(self, src: str, dst: str, sport: int, dport: int,
+             proto: int = 6) -> Optional[List[str]]:
+        """The nodes a packet of one flow crosses now, as each router's kernel picks
+        its next hop for the flow's five-tuple (and each OCS its lit circuit);
+        None where a hop cannot tell (a host that forwards, a dark port)."""
+        fabric = self.fabric
+        src_ip, dst_ip = (fabric.graph.nodes[h]["ip"] for h in (src, dst))
+        node, in_port = fabric.host_port(src)
+        nodes = [src]
+        for _ in range(MAX_HOPS):
+            nodes.append(node)
+            if fabric.kind(node) == OCS:
+                out = next((b if a == in_port else a for a, b in fabric.circuits.get(node, ())
+                            if in_port in (a, b)), None)
+            else:
+                lookup = self.lookups.get(node)
+                if lookup is None:
+                    return None
+                try:
+                    oif = lookup.output(dst_ip, src_ip, self.indexes[node][in_port], sport,
+                                        dport, proto)
+                except OSError:
+                    return None
+                out = next((p for p, i in self.indexes[node].items() if i == oif), None)
+            if out is None:
+                return None
+            peer, peer_port = fabric.peer(node, out)
+            if fabric.kind(peer) == HOST:
+                return nodes + [peer] if peer == dst else None
+            node, in_port = peer, peer_port
+        return None
+
+    def close(self) -> None:
+        for sock in list(self.sockets.values()) + list(self.patches.values()) + \
+                list(self.lookups.values()):
+            try:
+                sock.close()
+            except Exception:      # closing on the way out: nothing left to protect
+                pass
+        self.sockets.clear()
+        self.patches.clear()
+        self.lookups.clear()
+

@@ -1,0 +1,124 @@
+"""The controller process on the ``linux`` data plane: service, netlink applier, events.
+
+No OpenFlow here: the launcher runs `serve` instead of os-ken's app manager.
+The runner builds the network first, then sends ``attach`` on the control
+channel with each switch's namespace (the pid of the Mininet node's shell)::
+
+    {"op": "attach", "namespaces": {"s1": 4242, "o1": 4250, ...}}
+
+The controller opens a route socket and a link-event socket in every
+namespace, brings each switch to the service's start intents (routes and
+static neighbours, or dark patch-panel ports and the lit circuits), and from
+then on reroutes on link events exactly as the OpenFlow controller does on
+port status.  Every other op is the service's (`controllers.service`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import traceback
+from typing import Dict
+
+from controllers.control import ControlServer
+from controllers.netlink import namespaces
+from controllers.netlink.applier import NetlinkApplier
+from controllers.netlink.events import LinkWatcher, is_up
+from controllers.netlink.lookup import RouteLookup
+from controllers.netlink.patch import PatchSocket
+from controllers.service import FabricService
+from topologies.fabric import Fabric
+
+LOG = logging.getLogger("fabric.netlink.daemon")
+EXIT_HANDLER_FAILED = 70
+
+
+class KernelPlane:
+    """The service over the netlink applier, and the ``attach`` op that starts it."""
+
+    def __init__(self, fabric: Fabric, tdf: float = 1.0, route_socket=None, event_socket=None,
+                 patch_socket=None, lookup_socket=None):
+        self.fabric = fabric
+        self.applier = NetlinkApplier(fabric)
+        self.service = FabricService(fabric, self.applier, tdf=tdf)
+        self.route_socket = route_socket or namespaces.route_socket
+        self.event_socket = event_socket or namespaces.link_event_socket
+        self.patch_socket = patch_socket or (
+            lambda pid: PatchSocket(namespaces.netlink_socket(pid)))
+        self.lookup_socket = lookup_socket or (
+            lambda pid: RouteLookup(namespaces.netlink_socket(pid)))
+        self.watcher = LinkWatcher(self.applier.port_of, self._port_changed)
+        self._attached = threading.Lock()
+
+    def handle(self, request: dict) -> dict:
+        if request.get("op") == "attach":
+            return self.attach(request.get("namespaces") or {})
+        return self.service.handle(request)
+
+    def attach(self, pids: Dict[str, int]) -> dict:
+        missing = sorted(set(self.fabric.switches) - set(pids))
+        if missing:
+            raise ValueError(f"attach: no namespace for {missing}")
+        if not self._attached.acquire(blocking=False):
+            raise ValueError("attach: the namespaces are attached already")
+        for switch in self.fabric.switches:
+            ocs = switch in self.fabric.ocs_switches
+            self.applier.attach(switch, self.route_socket(pids[switch]),
+                                patch=self.patch_socket(pids[switch]) if ocs else None,
+                                lookup=None if ocs else self.lookup_socket(pids[switch]))
+        # Subscribe before reading the ports' state, so no change falls between.
+        events = {switch: self.event_socket(pids[switch]) for switch in self.fabric.switches}
+        for switch in self.fabric.switches:
+            self.applier.start(switch, self.service.start(switch))
+            self.watcher.watch(switch, events[switch], self._ports_up(switch))
+        self.watcher.start()
+        for switch in self.fabric.switches:
+            for port, up in self._ports_up(switch).items():
+                if not up:          # a port already down when we attached
+                    self._port_changed(switch, port, False)
+        LOG.info("attached %d namespaces", len(pids))
+        return {"attached": sorted(pids)}
+
+    def _ports_up(self, switch: str) -> Dict[int, bool]:
+        sock = self.applier.sockets[switch]
+        flags = {link["index"]: link["flags"] for link in sock.get_links()}
+        return {port: is_up(flags.get(index, 0))
+                for port, index in self.applier.indexes[switch].items()}
+
+    def _port_changed(self, switch: str, port: int, up: bool) -> None:
+        try:
+            if up:
+                self.applier.port_up(switch, port)
+            self.service.port_changed(switch, port, up)
+        except Exception:  # as the OpenFlow app: never leave a half-rerouted fabric
+            traceback.print_exc()
+            LOG.critical("rerouting after a link event failed; controller exits")
+            sys.stderr.flush()
+            os._exit(EXIT_HANDLER_FAILED)
+
+    def close(self) -> None:
+        self.watcher.stop()
+        self.applier.close()
+
+
+def serve(fabric_path: str, socket_path: str, tdf: float, stop: threading.Event) -> None:
+    """Run the kernel data plane's controller until ``stop`` is set, or until the
+    runner that started it is gone (a killed run: its network goes with it)."""
+    with open(fabric_path) as stream:
+        fabric = Fabric.from_json(stream.read())
+    plane = KernelPlane(fabric, tdf=tdf)
+    server = ControlServer(socket_path, plane.handle)
+    server.start()
+    LOG.info("fabric %s: %d routers, %d patch panels; control channel %s", fabric.name,
+             len(fabric.eps_switches), len(fabric.ocs_switches), socket_path)
+    runner = os.getppid()
+    try:
+        while not stop.wait(1.0):
+            if os.getppid() != runner:
+                LOG.info("the runner (pid %d) is gone: stopping", runner)
+                break
+    finally:
+        server.stop()
+        plane.close()

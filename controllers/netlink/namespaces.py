@@ -1,0 +1,77 @@
+"""Reaching a switch's network namespace from the controller process.
+
+Mininet creates one unnamed network namespace per node, held by the node's
+shell; the runner tells the controller each switch's shell pid.  A route
+socket is pyroute2's ``IPRoute`` opened in ``/proc/<pid>/ns/net`` (pyroute2
+creates it there and hands it back).  An event socket is a plain netlink
+socket subscribed to link changes, created by a thread that entered the
+namespace with setns(2) first: a socket belongs to the namespace it was
+created in, whichever thread reads it later.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import threading
+
+CLONE_NEWNET = 0x40000000
+NETLINK_ROUTE = 0
+RTMGRP_LINK = 0x1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NamespaceError(RuntimeError):
+    """A namespace could not be entered (the node is gone, or not a namespace)."""
+
+
+def netns_path(pid: int) -> str:
+    return f"/proc/{int(pid)}/ns/net"
+
+
+def route_socket(pid: int):
+    """A pyroute2 IPRoute bound to the network namespace of process ``pid``."""
+    from pyroute2 import IPRoute
+
+    path = netns_path(pid)
+    if not os.path.exists(path):
+        raise NamespaceError(f"no network namespace at {path}: is the node running?")
+    return IPRoute(netns=path)
+
+
+def link_event_socket(pid: int) -> socket.socket:
+    """A netlink socket in ``pid``'s network namespace that receives link changes."""
+    return netlink_socket(pid, RTMGRP_LINK)
+
+
+def netlink_socket(pid: int, groups: int = 0) -> socket.socket:
+    """A plain NETLINK_ROUTE socket in ``pid``'s network namespace, subscribed to
+    ``groups`` (0: requests and their answers only)."""
+    made = {}
+
+    def enter_and_open():
+        try:
+            fd = os.open(netns_path(pid), os.O_RDONLY)
+            try:
+                if _libc.setns(fd, CLONE_NEWNET) != 0:
+                    error = ctypes.get_errno()
+                    raise NamespaceError(f"setns into {netns_path(pid)}: {os.strerror(error)}")
+            finally:
+                os.close(fd)
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+            sock.bind((0, groups))
+            made["socket"] = sock
+        except BaseException as exc:     # handed to the caller's thread
+            made["error"] = exc
+
+    # The thread ends here, and with it the namespace it entered; the socket stays.
+    thread = threading.Thread(target=enter_and_open, name=f"netns-{pid}")
+    thread.start()
+    thread.join()
+    if "error" in made:
+        error = made["error"]
+        raise error if isinstance(error, NamespaceError) else NamespaceError(
+            f"cannot open a netlink socket in {netns_path(pid)}: {error}")
+    return made["socket"]

@@ -1,0 +1,386 @@
+"""The netlink applier against a recorded fake kernel, and the same core scenarios on both
+appliers: the routes, filters, neighbours and rules it writes must carry out the intents."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from fake_kernel import FakeKernel, FakeLookup, FakeNetlinkError, trace
+from fakes import FakeNetwork, assert_delivered
+
+from controllers.netlink import applier as netlink
+from controllers.netlink.applier import (GATEWAY, PROTO_FABRIC, RTNH_F_ONLINK,
+                                         NetlinkApplier, NetlinkError)
+from controllers.netlink.daemon import KernelPlane
+from controllers.netlink.events import IFF_LOWER_UP, IFF_UP, LinkWatcher, link_messages
+from controllers.openflow.applier import OpenFlowApplier
+from controllers.service import FabricService
+from topologies import hybrid, rail_fabric, registry
+from topologies.naming import ROUTER_MAC
+from traffic import fastlane
+
+
+def kernel_plane(spec: str):
+    """A FabricService over the netlink applier, every switch attached and started."""
+    fabric = registry.build(spec)
+    kernel = FakeKernel(fabric)
+    applier = NetlinkApplier(fabric)
+    service = FabricService(fabric, applier)
+    for switch in fabric.switches:
+        applier.attach(switch, kernel.sockets[switch])
+    for switch in fabric.switches:
+        applier.start(switch, service.start(switch))
+    return fabric, kernel, applier, service
+
+
+# ---------------------------------------------------------------- what it writes
+def test_a_router_starts_with_static_neighbours_and_one_route_per_host():
+    fabric, kernel, applier, service = kernel_plane("fattree,k=4")
+    edge = fabric.host_port("h1")[0]
+    sock = kernel.sockets[edge]
+    for port in fabric.ports_of(edge):
+        peer, _ = fabric.peer(edge, port)
+        if peer in fabric.hosts:
+            data = fabric.graph.nodes[peer]
+            assert sock.neighbours[(100 + port, data["ip"])] == data["mac"], \
+                "a host port knows its host"
+        else:
+            assert sock.neighbours[(100 + port, GATEWAY)] == ROUTER_MAC, \
+                "a fabric port sends to the one router MAC"
+    table = service.eps.table[edge]
+    for host in fabric.hosts:
+        spec = sock.routes[(254, fabric.graph.nodes[host]["ip"])]
+        assert spec["proto"] == PROTO_FABRIC
+        hops = spec.get("multipath") or [spec]
+        assert sorted(h["oif"] - 100 for h in hops) == list(table[host]), \
+            f"{edge} -> {host}: the kernel's next hops are the EPS core's ports"
+        for hop in hops:
+            to_host = fabric.peer(edge, hop["oif"] - 100)[0] == host
+            assert ("gateway" not in hop) == to_host, hop
+            if not to_host:
+                assert hop["gateway"] == GATEWAY and hop["flags"] == RTNH_F_ONLINK
+    assert ("multipath" in sock.routes[(254, fabric.graph.nodes["h16"]["ip"])]), \
+        "a remote host is reached over every uplink (ECMP)"
+    assert applier.status()["ready_switches"] == sorted(fabric.switches)
+
+
+def test_every_host_reaches_every_host_through_the_kernel_tables():
+    fabric, kernel, _, _ = kernel_plane("fattree,k=4")
+    for src in fabric.hosts:
+        for dst in fabric.hosts:
+            if src != dst:
+                delivered, failures = trace(kernel, src, dst)
+                assert delivered and not failures, f"{src} -> {dst}: {failures}"
+    delivered, _ = trace(kernel, "h1", "h16")
+    assert len(delivered) == 4, "(k/2)^2 shortest paths between pods"
+
+
+def test_a_patch_panel_lights_its_circuits_and_leaves_the_rest_dark():
+    fabric, kernel, _, _ = kernel_plane("hybrid,tors=3")
+    sock = kernel.sockets["o1"]
+    radix = fabric.graph.nodes["o1"]["radix"]
+    assert sock.ingress == {100 + p for p in range(1, radix + 1)}, "every port has ingress"
+    expected = {}
+    for a, b in fabric.circuits["o1"]:
+        expected[100 + a], expected[100 + b] = 100 + b, 100 + a
+    assert sock.filters == expected, "a circuit is two redirects, one per direction"
+    for src in fabric.hosts:
+        for dst in fabric.hosts:
+            if src != dst:
+                assert trace(kernel, src, dst)[0], f"{src} -> {dst} over the circuits"
+
+
+def test_a_reconfiguration_tears_and_lights_filters_and_moves_routes():
+    fabric, kernel, _, service = kernel_plane("hybrid,tors=4,hosts_per_tor=1")
+    partial = [(2, 3), (4, 5), (1, 7), (6, 8)]
+    service.do_reconfigure("o1", partial, technology="custom", delay_ms=0.0)
+    sock = kernel.sockets["o1"]
+    assert sock.filters == {100 + a: 100 + b for x, y in partial
+                            for a, b in ((x, y), (y, x))}
+    torn = [c for c in sock.calls if c[0] == "tc" and c[1] == "del-filter"]
+    assert sorted(c[3] - 100 for c in torn) == [1, 6, 7, 8], "only the torn circuits' ports"
+    for src in fabric.hosts:
+        for dst in fabric.hosts:
+            if src != dst:
+                delivered, failures = trace(kernel, src, dst)
+                assert delivered and not failures, f"{src} -> {dst}: {failures}"
+
+
+def test_pins_become_a_rule_and_a_table_route_per_switch():
+    fabric, kernel, _, service = kernel_plane(fastlane.rail_fabric_spec(16, 2))
+    src, dst = fabric.hosts[0], fabric.hosts[-1]
+    lanes = {frozenset((a, b)) for a, _, b, _ in rail_fabric.fast_lane_ports(fabric)}
+    first, last = fabric.host_port(src)[0], fabric.host_port(dst)[0]
+    middle = next(s for s in fabric.eps_switches if s not in (first, last)
+                  and frozenset((first, s)) in lanes)
+    if not fabric.graph.has_edge(middle, last):
+        pytest.skip("no two-lane detour in this build")
+    path = [src, first, middle, last, dst]
+    service.do_pin("kv", path)
+    assert trace(kernel, src, dst)[0] == [path], "the pinned pair follows its path"
+    for switch in path[1:-1]:
+        assert len(kernel.sockets[switch].rules) == 1
+    service.do_unpin("kv")
+    assert all(not kernel.sockets[s].rules for s in path[1:-1]), "unpin removes the rules"
+    assert all((t, d) not in kernel.sockets[s].routes for s in path[1:-1]
+               for (t, d) in [(netlink.pin_table(1), fabric.graph.nodes[dst]["ip"])])
+    service.do_pin("kv2", path)
+    lane_port = fabric.graph.edges[first, middle, 0]["ports"][first]
+    kernel.set_down(first, lane_port)        # the kernel drops the pin's route with it
+    service.port_changed(first, lane_port, up=False)
+    assert not kernel.sockets[first].rules, "the dropped pin's rule is gone too"
+    assert trace(kernel, src, dst)[0] and not trace(kernel, src, dst)[1], \
+        "the pair falls back to its destination route"
+
+
+def test_no_port_is_a_blackhole_and_a_reset_keeps_foreign_routes():
+    fabric = registry.build("hybrid,tors=3")
+    kernel = FakeKernel(fabric)
+    sock = kernel.sockets["s1"]
+    sock.routes[(254, "192.0.2.0")] = {"dst": "192.0.2.0/24", "proto": 2}   # not ours
+    applier = NetlinkApplier(fabric)
+    service = FabricService(fabric, applier)
+    applier.attach("s1", sock)
+    applier.start("s1", service.start("s1"))
+    applier.apply({"s1": [service.eps.route("s1", "h3", ())]})
+    assert sock.routes[(254, fabric.graph.nodes["h3"]["ip"])]["type"] == "blackhole"
+    applier.apply({"s1": [service.start("s1")[0]]})                        # a Reset
+    assert list(sock.routes) == [(254, "192.0.2.0")], "a reset removes our routes only"
+
+
+def test_a_port_down_in_the_kernel_is_left_out_until_its_event_arrives():
+    fabric, kernel, applier, service = kernel_plane("fattree,k=4")
+    edge = fabric.host_port("h1")[0]
+    far = fabric.graph.nodes["h16"]["ip"]
+    ports = service.eps.table[edge]["h16"]
+    assert len(ports) == 2, ports
+    kernel.set_down(edge, ports[0])
+    applier.apply({edge: [service.eps.route(edge, "h16", ports)]})
+    spec = kernel.sockets[edge].routes[(254, far)]
+    hops = spec.get("multipath") or [spec]
+    assert [h["oif"] - 100 for h in hops] == list(ports[1:]), "the down port is left out"
+    for port in ports[1:]:
+        kernel.set_down(edge, port)
+    applier.apply({edge: [service.eps.route(edge, "h16", ports)]})
+    assert kernel.sockets[edge].routes[(254, far)]["type"] == "blackhole"
+
+
+def test_ports_going_down_one_after_another_while_a_route_is_written():
+    fabric, kernel, applier, service = kernel_plane("fattree,k=4")
+    edge = fabric.host_port("h1")[0]
+    far = fabric.graph.nodes["h16"]["ip"]
+    first, second = service.eps.table[edge]["h16"]
+    sock = kernel.sockets[edge]
+    kernel.set_down(edge, first)
+    looked = sock.get_links
+
+    def second_goes_down_after_the_look():   # as Mininet takes a switch's links down
+        links = looked()
+        kernel.set_down(edge, second)
+        return links
+
+    sock.get_links = second_goes_down_after_the_look
+    applier.apply({edge: [service.eps.route(edge, "h16", (first, second))]})
+    assert sock.routes[(254, far)]["type"] == "blackhole", "no port left: a blackhole"
+
+
+def test_a_kernel_refusal_is_an_error_naming_the_switch_and_intent():
+    fabric, kernel, applier, service = kernel_plane("hybrid,tors=3")
+    with pytest.raises(NetlinkError, match=r"o1: Lightpath.*File exists"):
+        applier.apply({"o1": service.ocs["o1"].switch_start()})     # lit twice
+    assert applier.status()["errors"], "the error is kept for the status"
+    with pytest.raises(NetlinkError, match="s9 has no namespace attached"):
+        applier.apply({"s9": []})
+
+
+def test_counters_come_from_the_links_statistics():
+    fabric, kernel, applier, _ = kernel_plane("hybrid,tors=3")
+    kernel.sockets["s1"].stats[101] = {"tx_bytes": 1500, "rx_bytes": 60, "tx_packets": 1}
+    counters = applier.counters()
+    assert sorted(counters) == sorted(fabric.switches)
+    assert counters["s1"][1]["tx_bytes"] == 1500 and counters["s1"][1]["rx_bytes"] == 60
+    assert counters["s1"][2]["tx_bytes"] == 0
+    assert set(counters["o1"]) == set(fabric.ports_of("o1"))
+
+
+# ---------------------------------------------------------------- the same scenarios on both
+class OpenFlowPlane:
+    def __init__(self, spec):
+        self.fabric = registry.build(spec)
+        self.applier = OpenFlowApplier(self.fabric)
+        self.service = FabricService(self.fabric, self.applier)
+        self.network = FakeNetwork(self.fabric, on_barrier=self.applier.barrier_replied)
+        self.network.connect(self.applier, self.service)
+
+    def paths(self, src, dst):
+        return sorted([src] + hops + [dst]
+                      for hops in assert_delivered(self.network, src, dst).nodes())
+
+
+class KernelPlaneFake:
+    def __init__(self, spec):
+        self.fabric, self.kernel, self.applier, self.service = kernel_plane(spec)
+
+    def paths(self, src, dst):
+        delivered, failures = trace(self.kernel, src, dst)
+        assert delivered and not failures, f"{src} -> {dst}: {failures}"
+        return delivered
+
+
+PLANES = {"openflow": OpenFlowPlane, "netlink": KernelPlaneFake}
+
+
+@pytest.mark.parametrize("plane", PLANES)
+def test_both_appliers_forward_a_fat_tree_the_same_way(plane):
+    net = PLANES[plane]("fattree,k=4")
+    assert len(net.paths("h1", "h16")) == 4
+    edge = net.fabric.host_port("h1")[0]
+    assert net.paths("h1", "h2") == [["h1", edge, "h2"]]
+
+
+@pytest.mark.parametrize("plane", PLANES)
+def test_both_appliers_carry_a_reconfiguration(plane):
+    net = PLANES[plane]("hybrid,tors=4,hosts_per_tor=1")
+    before = net.paths("h1", "h3")
+    net.service.do_reconfigure("o1", sorted(hybrid.circuit_set(net.fabric, "ring-reverse")),
+                               technology="custom", delay_ms=0.0)
+    after = net.paths("h1", "h3")
+    assert before and after and all("o1" in p for p in after)
+
+
+@pytest.mark.parametrize("plane", PLANES)
+def test_both_appliers_reroute_around_a_failed_link(plane):
+    net = PLANES[plane]("fattree,k=4")
+    edge = net.fabric.host_port("h1")[0]
+    agg = next(p for p in net.fabric.graph.neighbors(edge) if p not in net.fabric.hosts)
+    net.service.do_link(edge, agg, up=False)        # one of the edge's two uplinks
+    for path in net.paths("h1", "h16"):
+        assert (edge, agg) not in zip(path, path[1:]), path
+    assert len(net.paths("h1", "h16")) == 2
+
+
+# ---------------------------------------------------------------- link events
+def newlink(name: str, flags: int) -> bytes:
+    name_attr = name.encode() + b"\0"
+    attr = struct.pack("=HH", 4 + len(name_attr), 3) + name_attr
+    attr += b"\0" * ((4 - len(attr) % 4) % 4)
+    body = struct.pack("=BxHiII", 0, 1, 7, flags, 0) + attr
+    return struct.pack("=IHHII", 16 + len(body), 16, 0, 0, 0) + body
+
+
+def test_link_messages_give_the_interface_and_its_flags():
+    data = newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP) + newlink("fes1-eth3", IFF_UP)
+    assert list(link_messages(data)) == [("fes1-eth2", IFF_UP | IFF_LOWER_UP),
+                                         ("fes1-eth3", IFF_UP)]
+    assert list(link_messages(b"\x00" * 8)) == [], "a short datagram is ignored"
+
+
+def test_the_watcher_reports_each_change_of_a_fabric_port_once():
+    seen = []
+    watcher = LinkWatcher(lambda switch, name: {"fes1-eth2": 2}.get(name),
+                          lambda *change: seen.append(change))
+    watcher._state[("s1", 2)] = True
+    watcher.handle("s1", newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP))     # no change
+    watcher.handle("s1", newlink("fes1-eth2", IFF_UP))                    # lost carrier
+    watcher.handle("s1", newlink("fes1-eth2", 0))                         # still down
+    watcher.handle("s1", newlink("lo", 0))                                # not a port
+    watcher.handle("s1", newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP))
+    assert seen == [("s1", 2, False), ("s1", 2, True)]
+
+
+def fake_kernel_plane(fabric, kernel) -> KernelPlane:
+    """The controller's KernelPlane over the fake kernel, switch sN in "namespace" N;
+    link events are handed to it by the test (`KernelPlane._port_changed`)."""
+    class FakeEvents:
+        def fileno(self):
+            return -1
+
+    plane = KernelPlane(fabric, route_socket=lambda pid: kernel.sockets[f"s{pid}"],
+                        event_socket=lambda pid: FakeEvents(),
+                        lookup_socket=lambda pid: FakeLookup(kernel.sockets[f"s{pid}"]))
+    plane.watcher.watch = lambda switch, sock, ports_up: None
+    plane.watcher.start = lambda: plane.watcher
+    return plane
+
+
+def test_attach_programs_every_namespace_and_reroutes_a_port_found_down():
+    fabric = registry.build("fattree,k=4")
+    kernel = FakeKernel(fabric)
+    edge = fabric.host_port("h1")[0]
+    uplink = max(fabric.ports_of(edge))
+    kernel.set_down(edge, uplink)
+
+    plane = fake_kernel_plane(fabric, kernel)
+    pids = {switch: int(switch[1:]) for switch in fabric.switches}
+    with pytest.raises(ValueError, match=r"no namespace for \['s20'\]"):
+        plane.handle({"op": "attach", "namespaces": {k: v for k, v in pids.items()
+                                                     if k != "s20"}})
+    reply = plane.handle({"op": "attach", "namespaces": pids})
+    assert reply["attached"] == sorted(fabric.switches)
+    assert plane.handle({"op": "status"})["ready"]
+    peer = fabric.peer(edge, uplink)[0]
+    assert plane.handle({"op": "state"})["down_links"] == [sorted([edge, peer])], \
+        "a port already down when attached is a link down"
+    with pytest.raises(ValueError, match="attached already"):
+        plane.handle({"op": "attach", "namespaces": pids})
+
+
+def test_a_restored_link_gets_its_flushed_neighbours_back_before_routes_use_it():
+    fabric = registry.build("fattree,k=4")
+    kernel = FakeKernel(fabric)
+
+    plane = fake_kernel_plane(fabric, kernel)
+    plane.handle({"op": "attach", "namespaces": {s: int(s[1:]) for s in fabric.switches}})
+    edge, port = fabric.host_port("h1")
+    agg = next(p for p in fabric.ports_of(edge) if fabric.peer(edge, p)[0] not in fabric.hosts)
+    peer, peer_port = fabric.peer(edge, agg)
+    for switch, p in ((edge, port), (edge, agg), (peer, peer_port)):
+        kernel.set_down(switch, p)                   # down from Mininet: entries flushed
+        plane._port_changed(switch, p, False)
+    assert trace(kernel, "h16", "h1")[0] == []
+    for switch, p in ((edge, port), (edge, agg), (peer, peer_port)):
+        kernel.set_down(switch, p, down=False)
+        plane._port_changed(switch, p, True)
+    assert kernel.sockets[edge].neighbours[(100 + port, fabric.graph.nodes["h1"]["ip"])] == \
+        fabric.graph.nodes["h1"]["mac"], "the host behind a restored port is known again"
+    delivered, failures = trace(kernel, "h16", "h1")
+    assert not failures and any(edge in path and peer in path for path in delivered), \
+        (delivered, failures)
+
+
+def test_a_flow_path_follows_the_kernels_choice_of_next_hop_at_every_router():
+    fabric = registry.build("fattree,k=4")
+    kernel = FakeKernel(fabric)
+    applier = NetlinkApplier(fabric)
+    service = FabricService(fabric, applier)
+    for switch in fabric.switches:
+        applier.attach(switch, kernel.sockets[switch], lookup=FakeLookup(kernel.sockets[switch]))
+    for switch in fabric.switches:
+        applier.start(switch, service.start(switch))
+    shortest, _ = trace(kernel, "h1", "h16")
+    seen = set()
+    for sport in range(5201, 5209):
+        path = applier.path("h1", "h16", sport, 40000)
+        assert path in shortest, f"{path} is not one of the kernel's paths"
+        seen.add(tuple(path))
+    assert len(seen) > 1, "flows of one host pair may take different equal-cost paths"
+    reply = service.handle({"op": "paths", "flows": [["h1", "h16", 5201, 40000],
+                                                    ["h1", "h2", 5201, 40000]]})
+    assert reply["paths"][0] == applier.path("h1", "h16", 5201, 40000)
+    assert reply["paths"][1] == ["h1", fabric.host_port("h1")[0], "h2"]
+    del applier.lookups[fabric.host_port("h1")[0]]
+    assert applier.path("h1", "h16", 5201, 40000) is None, "a router without a lookup"
+
+
+def test_the_openflow_plane_cannot_tell_a_flows_path():
+    net = PLANES["openflow"]("fattree,k=4")
+    assert net.service.handle({"op": "paths", "flows": [["h1", "h16", 1, 2]]}) == \
+        {"paths": [None]}
+
+
+def test_pin_table_numbers_wrap_inside_their_range():
+    assert netlink.pin_table(1) == netlink.PIN_TABLE_BASE + 1
+    assert netlink.pin_table(netlink.PIN_TABLES + 1) == netlink.PIN_TABLE_BASE + 1
+    error = FakeNetlinkError(100, "Network is down")
+    assert error.code == 100

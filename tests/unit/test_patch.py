@@ -1,0 +1,77 @@
+"""The patch panel's fast-path messages, decoded by pyroute2's own message classes."""
+
+import socket
+import struct
+
+import pytest
+from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+from controllers.netlink import patch
+
+
+def decoded(data: bytes) -> tcmsg:
+    msg = tcmsg(data)
+    msg.decode()
+    return msg
+
+
+def test_a_lit_circuit_is_a_catch_all_u32_filter_redirecting_to_the_peer():
+    data = patch.filter_add(seq=7, ifindex=12, peer=15, prio=1)
+    length, kind, flags, seq, _ = struct.unpack_from("=IHHII", data)
+    assert (length, kind, seq) == (len(data), patch.RTM_NEWTFILTER, 7)
+    assert flags & patch.NLM_F_ACK and flags & patch.NLM_F_CREATE and flags & patch.NLM_F_EXCL
+    msg = decoded(data)
+    assert msg["index"] == 12 and msg["parent"] == patch.INGRESS_PARENT
+    assert msg["info"] >> 16 == 1 and msg["info"] & 0xFFFF == socket.htons(patch.ETH_P_ALL)
+    assert msg.get_attr("TCA_KIND") == "u32"
+    options = msg.get_attr("TCA_OPTIONS")
+    selector = options.get_attr("TCA_U32_SEL")
+    assert selector["nkeys"] == 1 and selector["flags"] & patch.TC_U32_TERMINAL
+    assert (selector["keys"][0]["key_mask"], selector["keys"][0]["key_val"]) == (0, 0), \
+        "mask 0, value 0: every frame matches"
+    (action,) = options.get_attr("TCA_U32_ACT").get_attrs("TCA_ACT_PRIO_1")
+    assert action.get_attr("TCA_ACT_KIND") == "mirred"
+    mirred = action.get_attr("TCA_ACT_OPTIONS").get_attr("TCA_MIRRED_PARMS")
+    assert (mirred["ifindex"], mirred["action"], mirred["eaction"]) == \
+        (15, patch.TC_ACT_STOLEN, patch.TCA_EGRESS_REDIR), "stolen, redirected out of the peer"
+
+
+def test_a_torn_circuit_deletes_the_ports_filter_by_priority():
+    data = patch.filter_delete(seq=8, ifindex=12, prio=1)
+    length, kind, flags, seq, _ = struct.unpack_from("=IHHII", data)
+    assert (length, kind, seq) == (len(data), patch.RTM_DELTFILTER, 8)
+    assert flags == patch.NLM_F_REQUEST | patch.NLM_F_ACK
+    msg = decoded(data)
+    assert msg["index"] == 12 and msg["info"] >> 16 == 1 and msg.get_attr("TCA_KIND") == "u32"
+
+
+class Loopback:
+    """A socket that acknowledges each request with the error code it is given."""
+
+    def __init__(self, code=0):
+        self.code, self.sent = code, []
+
+    def send(self, data):
+        self.sent.append(data)
+
+    def recv(self, size):
+        seq = struct.unpack_from("=IHHII", self.sent[-1])[3]
+        other = struct.pack("=IHHII", 20, patch.NLMSG_ERROR, 0, seq + 99, 0) + struct.pack("=i", 0)
+        ack = struct.pack("=IHHII", 36, patch.NLMSG_ERROR, 0, seq, 0) + \
+            struct.pack("=i", -self.code) + self.sent[-1][:16]
+        return other + ack
+
+    def close(self):
+        pass
+
+
+def test_a_request_returns_once_its_own_acknowledgement_came():
+    sock = Loopback()
+    panel = patch.PatchSocket(sock)
+    panel.light(3, 4)
+    panel.dark(3)
+    kinds = [struct.unpack_from("=IHHII", m)[1] for m in sock.sent]
+    seqs = [struct.unpack_from("=IHHII", m)[3] for m in sock.sent]
+    assert kinds == [patch.RTM_NEWTFILTER, patch.RTM_DELTFILTER] and seqs == [1, 2]
+    with pytest.raises(patch.PatchError, match="File exists"):
+        patch.PatchSocket(Loopback(code=17)).light(3, 4)
