@@ -142,7 +142,7 @@ def _pct(value: Optional[float]) -> str:
 
 
 def _cpu_warnings(cpu_summary: Optional[Mapping], saturation_pct: float,
-                  softirq_pct: float) -> List[str]:
+                  softirq_pct: float, kernel_forwarding: bool = False) -> List[str]:
     if not cpu_summary:
         return []
     warnings = []
@@ -155,8 +155,11 @@ def _cpu_warnings(cpu_summary: Optional[Mapping], saturation_pct: float,
     machine = cpu_summary.get("machine_cpu_pct") or {}
     mean, peak = machine.get("mean"), machine.get("max")
     cores = cpu_summary.get("cores")
+    # Where the kernel forwards, softirq pre-empts processes: a peak of process
+    # start-ups (iperf3 servers, agents' forks) does not hold packets back, a
+    # machine busy on average does.  A userspace datapath competes with them.
     if (mean is not None and mean >= saturation_pct) or \
-            (peak is not None and peak >= saturation_pct):
+            (not kernel_forwarding and peak is not None and peak >= saturation_pct):
         warnings.append(
             f"datapath saturated: machine CPU reached {_pct(peak)} "
             f"(mean {_pct(mean)}) of all {cores} cores, at or above "
@@ -195,7 +198,8 @@ def _drop_warnings(drops: Optional[Mapping]) -> List[str]:
 
 def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
            saturation_pct: float = 90.0, goodput_floor: float = 0.9,
-           softirq_pct: float = SOFTIRQ_PCT, drops: Optional[Mapping] = None) -> dict:
+           softirq_pct: float = SOFTIRQ_PCT, drops: Optional[Mapping] = None,
+           kernel_forwarding: bool = False) -> dict:
     """Fidelity warnings for one run.
 
     ``flows``: dicts with ``id``, ``start`` and ``end`` (epoch s),
@@ -208,9 +212,10 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
     emulator (CPU, datapath) limited it, and gives a warning.
 
     ``cpu_summary`` is :meth:`CpuSampler.stop`'s result or None.  Machine
-    CPU mean or max, or ovs-vswitchd's max (percent of one core), at or
-    above ``saturation_pct``, or softirq's max (the kernel forwarding, as a
-    share of all cores) at or above ``softirq_pct``, marks the run saturated.
+    CPU mean or max (only the mean where the kernel forwards,
+    ``kernel_forwarding``), or ovs-vswitchd's max (percent of one core), at
+    or above ``saturation_pct``, or softirq's max (the kernel forwarding, as
+    a share of all cores) at or above ``softirq_pct``, marks the run saturated.
     So do ``drops`` (`emu.live.drops` counts) outside the emulated queues:
     veth and backlog drops, or ovs-vswitchd's hidden send failures.  Drops
     at the emulated queues are congestion, fabric behaviour: reported, not
@@ -246,7 +251,8 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
                 f"{goodput:.1f} Mbit/s of its {cap:.1f} Mbit/s cap "
                 f"(ratio {ratio:.2f} < {goodput_floor:.2f}): the emulator, "
                 f"not the fabric, limited it")
-    saturation = _cpu_warnings(cpu_summary, saturation_pct, softirq_pct) + \
+    saturation = _cpu_warnings(cpu_summary, saturation_pct, softirq_pct,
+                               kernel_forwarding) + \
         _drop_warnings(drops)
     shared = shared_links(flows)
     resolved = sum(1 for flow in flows if flow.get("path"))
@@ -260,4 +266,5 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
             "warnings": saturation + warnings,
             "saturated": bool(saturation),
             "thresholds": {"saturation_pct": saturation_pct, "softirq_pct": softirq_pct,
-                           "goodput_floor": goodput_floor}}
+                           "goodput_floor": goodput_floor,
+                           "machine_cpu": "mean" if kernel_forwarding else "mean or max"}}

@@ -204,7 +204,8 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
                                 saturation_pct=settings["saturation_pct"],
                                 softirq_pct=settings["softirq_pct"],
                                 goodput_floor=settings["goodput_floor"],
-                                drops=series.drops_summary())
+                                drops=series.drops_summary(),
+                                kernel_forwarding=dataplane_of(scenario).dataplane == "linux")
     return outcome
 
 

@@ -50,8 +50,12 @@ class Capture:
             raise CaptureError(f"capture filter {self.bpf!r} holds characters not allowed")
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"{self.name}.pcap"
+        # --immediate-mode: otherwise tcpdump (TPACKET_V3) hands packets over a
+        # block at a time, up to a second late, and those of the last second
+        # before stop() are lost with the block.
         args = ["tcpdump", "-i", self.interface, "-w", str(self.path), "-U", "-n",
-                "-s", str(SNAPLEN), "-B", "8192", "--time-stamp-precision=nano"] + self.bpf.split()
+                "--immediate-mode", "-s", str(SNAPLEN), "-B", "8192",
+                "--time-stamp-precision=nano"] + self.bpf.split()
         kwargs = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if self.host is None:
             self._proc = subprocess.Popen(args, start_new_session=True, **kwargs)

@@ -26,13 +26,14 @@ import signal
 import sys
 from typing import Dict
 
-from emu.live.iperf_worker import ClientSpec, run_client
+from emu.live.iperf_worker import ClientSpec, build_client, run_client
 
 
 def _child(spec: ClientSpec, go_fd: int, path: str) -> None:
+    client = build_client(spec)     # ready before go: a flow starts when told
     if not os.read(go_fd, 1):
         return  # the agent died before go: the flow must not start on its own
-    result = run_client(spec)
+    result = run_client(spec, client)
     tmp = path + ".tmp"
     with open(tmp, "w") as stream:
         json.dump(result, stream)

@@ -291,14 +291,6 @@ class Replayer:
                 self.bed.check_controller()
                 while pending_events and time.time() >= self.t0 + pending_events[0][0]:
                     pending_events.pop(0)[1](self)
-                # Arm the next wave: every flow whose dependencies have all fired
-                # (and, for a flow due at a time, that time is near).
-                for fid in list(self._order):
-                    flow = flows[fid]
-                    if fid not in self._armed and fid not in done and \
-                            all(d in fired for d in flow.after) and \
-                            (flow.after or time.time() >= self.t0 + flow.at_s - ARM_AHEAD_S):
-                        self._arm(fid)
                 now = time.time()
                 next_start = None
                 for fid in self._order:
@@ -313,6 +305,16 @@ class Replayer:
                             fired[fid] = now
                     else:
                         next_start = ready_at if next_start is None else min(next_start, ready_at)
+                # Arm the next wave: every flow whose dependencies have all fired
+                # (and, for a flow due at a time, that time is near).  After the
+                # go messages: starting servers takes milliseconds each, which a
+                # flow whose dependencies just ended should not wait for.
+                for fid in list(self._order):
+                    flow = flows[fid]
+                    if fid not in self._armed and fid not in done and \
+                            all(d in fired for d in flow.after) and \
+                            (flow.after or time.time() >= self.t0 + flow.at_s - ARM_AHEAD_S):
+                        self._arm(fid)
                 if next_start is None:
                     # Wake up to arm a time-based flow that is not armed yet.
                     pending = [self.t0 + flows[f].at_s - ARM_AHEAD_S for f in self._order

@@ -1,13 +1,26 @@
 """Link rates, queue bounds and MTUs, applied in batches: one process per namespace.
 
-Every interface that sends onto a fabric link gets the same three tc
-objects Mininet's TCLink would give it, plus a bounded queue::
+Every interface that sends onto a fabric link gets Mininet TCLink's HTB
+class at the link's rate, split into two bounded queues::
 
-    qdisc  root handle 5: htb default 1
-    class  5:1 htb rate <link rate>mbit burst 15k
-    qdisc  parent 5:1 handle 10: pfifo limit <packets>
+    qdisc  root handle 5: htb default 20
+    class  5:1  htb rate <link rate>mbit burst 15k                (the link)
+    class  5:10 htb rate 5% ceil <link rate> prio 0   -> pfifo    (signalling)
+    class  5:20 htb rate 95% ceil <link rate> prio 1  -> pfifo    (data)
+    filters: TCP under 128 bytes (acknowledgements, handshakes)    -> 5:10
+             DSCP CS1 (every replayed flow's data stream)          -> 5:20
+             other TCP (iperf3's control connections)              -> 5:10
+             everything else (UDP probes, ICMP)                    -> 5:20
 
-so each direction of a link is shaped once, at its sender.  On the ``linux``
+so each direction of a link is shaped once, at its sender, and the data
+queue is what a flow meets.  The first class keeps the emulator's own
+signalling out of that queue: the workloads are transfers on connections that
+already exist, with acknowledgements that cost the fabric next to nothing,
+while each replayed flow is an iperf3 test whose set-up and result exchange
+would otherwise wait behind up to QUEUE_MS of another flow's data, and whose
+acknowledgements would couple it to flows it shares no data link with (up to
+0.2 s per flow on a ring all-reduce at 10 Mbit/s).  Both classes share the
+link's rate.  On the ``linux``
 data plane an OCS port holds no queue of its own (a circuit is light, not a
 buffer): the shaping sits on the router or host end of the link, and what is
 in flight when a circuit is torn is lost, as it would be.
@@ -30,6 +43,9 @@ from topologies.fabric import OCS, Fabric
 from topologies.naming import interface, link_mbps
 
 HTB_BURST = "15k"        # Mininet's TCLink burst, kept so rates behave as before
+SIGNALLING_SHARE = 0.05  # the rate the signalling class is sure of; it borrows the rest
+DATA_TOS = 0x20          # DSCP CS1, set on every replayed flow's data stream
+SMALL_IP_BYTES = 128     # TCP packets shorter than this carry no data worth queueing
 BATCH_TIMEOUT_S = 120.0
 
 
@@ -52,10 +68,27 @@ def shaped_interfaces(fabric: Fabric, bw_factor: float, dataplane: str
 
 def tc_lines(ifname: str, mbps: float, queue_packets: int) -> List[str]:
     """The tc batch lines that shape one interface (``replace``: idempotent)."""
-    return [f"qdisc replace dev {ifname} root handle 5: htb default 1",
-            f"class replace dev {ifname} parent 5: classid 5:1 htb rate {mbps:.6g}mbit "
-            f"burst {HTB_BURST}",
-            f"qdisc replace dev {ifname} parent 5:1 handle 10: pfifo limit {queue_packets}"]
+    signalling = mbps * SIGNALLING_SHARE
+    dev, rate = f"dev {ifname}", f"{mbps:.6g}mbit"
+    classes = f"ceil {rate} burst {HTB_BURST} cburst {HTB_BURST} quantum 1514"
+    small_mask = 0xFFFF & ~(SMALL_IP_BYTES - 1)
+    return [
+        f"qdisc replace {dev} root handle 5: htb default 20",
+        f"class replace {dev} parent 5: classid 5:1 htb rate {rate} burst {HTB_BURST}",
+        f"class replace {dev} parent 5:1 classid 5:10 htb rate {signalling:.6g}mbit "
+        f"{classes} prio 0",
+        f"class replace {dev} parent 5:1 classid 5:20 htb rate {mbps - signalling:.6g}mbit "
+        f"{classes} prio 1",
+        f"qdisc replace {dev} parent 5:10 handle 10: pfifo limit {queue_packets}",
+        f"qdisc replace {dev} parent 5:20 handle 20: pfifo limit {queue_packets}",
+        # The IP total length is the 16 bits at offset 2: under 128 when its
+        # top nine bits are clear.
+        f"filter replace {dev} parent 5: protocol ip prio 1 u32 match ip protocol 6 0xff "
+        f"match u16 0x0000 {small_mask:#06x} at 2 flowid 5:10",
+        f"filter replace {dev} parent 5: protocol ip prio 2 u32 "
+        f"match ip tos {DATA_TOS:#04x} 0xfc flowid 5:20",
+        f"filter replace {dev} parent 5: protocol ip prio 3 u32 match ip protocol 6 0xff "
+        f"flowid 5:10"]
 
 
 def mtu_lines(interfaces: Iterable[str], mtu: int) -> List[str]:

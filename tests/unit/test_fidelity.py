@@ -122,3 +122,14 @@ def test_flows_that_met_on_a_link_are_listed_with_the_time_they_shared():
     assert report["flows_sharing_a_link_count"] == 2 and report["shared_links"] == shared
     assert not any("s1->s2" in text for text in report["warnings"]), \
         "a shared link explains a slowdown; it is not a warning"
+
+
+def test_where_the_kernel_forwards_only_a_busy_machine_on_average_is_saturated():
+    spiky = dict(IDLE_CPU, machine_cpu_pct={"mean": 42.0, "max": 100.0}, processes={})
+    assert assess([], spiky)["saturated"], "a userspace datapath competes with the peak"
+    assert not assess([], spiky, kernel_forwarding=True)["saturated"]
+    busy = dict(spiky, machine_cpu_pct={"mean": 93.0, "max": 100.0})
+    assert assess([], busy, kernel_forwarding=True)["saturated"]
+    forwarding = dict(spiky, softirq_pct={"mean": 30.0, "max": 55.0})
+    warnings = assess([], forwarding, kernel_forwarding=True)["warnings"]
+    assert warnings and warnings[0].startswith("kernel forwarding saturated: softirq took 55 %")
