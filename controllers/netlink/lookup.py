@@ -15,13 +15,11 @@ attributes of that request, so it is written here::
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
-import threading
 from typing import Optional
 
-from controllers.netlink.patch import NLM_F_REQUEST, NLMSG_ERROR, _HEADER, _attr
+from controllers.netlink.wire import HEADER, NLM_F_REQUEST, Channel, attr, message
 
 RTM_NEWROUTE, RTM_GETROUTE = 24, 26
 RTA_DST, RTA_SRC, RTA_IIF, RTA_OIF = 1, 2, 3, 4
@@ -33,15 +31,15 @@ _RTMSG = struct.Struct("=BBBBBBBBI")          # family, dst_len, src_len, tos, t
 def route_get(seq: int, dst: str, src: str, iif: int, proto: int, sport: int,
               dport: int) -> bytes:
     body = _RTMSG.pack(socket.AF_INET, 32, 32, 0, 0, 0, 0, 0, 0)
-    body += _attr(RTA_DST, socket.inet_aton(dst)) + _attr(RTA_SRC, socket.inet_aton(src))
-    body += _attr(RTA_IIF, struct.pack("=I", iif)) + _attr(RTA_IP_PROTO, bytes([proto]))
-    body += _attr(RTA_SPORT, struct.pack("!H", sport)) + _attr(RTA_DPORT, struct.pack("!H", dport))
-    return _HEADER.pack(_HEADER.size + len(body), RTM_GETROUTE, NLM_F_REQUEST, seq, 0) + body
+    body += attr(RTA_DST, socket.inet_aton(dst)) + attr(RTA_SRC, socket.inet_aton(src))
+    body += attr(RTA_IIF, struct.pack("=I", iif)) + attr(RTA_IP_PROTO, bytes([proto]))
+    body += attr(RTA_SPORT, struct.pack("!H", sport)) + attr(RTA_DPORT, struct.pack("!H", dport))
+    return message(RTM_GETROUTE, NLM_F_REQUEST, seq, body)
 
 
 def output_interface(reply: bytes) -> Optional[int]:
     """RTA_OIF of an RTM_NEWROUTE message (its netlink header included)."""
-    offset = _HEADER.size + _RTMSG.size
+    offset = HEADER.size + _RTMSG.size
     length = struct.unpack_from("=I", reply)[0]
     while offset + 4 <= length:
         attr_length, kind = struct.unpack_from("=HH", reply, offset)
@@ -61,27 +59,13 @@ class RouteLookup:
     """Asks one router namespace's kernel where a flow goes, over a kept socket."""
 
     def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self._seq = 0
-        self._lock = threading.Lock()
+        self.channel = Channel(sock, RouteLookupError)
 
     def output(self, dst: str, src: str, iif: int, sport: int, dport: int,
                proto: int = socket.IPPROTO_TCP) -> Optional[int]:
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self.sock.send(route_get(seq, dst, src, iif, proto, sport, dport))
-            while True:
-                data = self.sock.recv(1 << 16)
-                offset = 0
-                while offset + _HEADER.size <= len(data):
-                    length, kind, _, got, _ = _HEADER.unpack_from(data, offset)
-                    if got == seq and kind == RTM_NEWROUTE:
-                        return output_interface(data[offset:offset + length])
-                    if got == seq and kind == NLMSG_ERROR:
-                        (code,) = struct.unpack_from("=i", data, offset + _HEADER.size)
-                        raise RouteLookupError(-code, os.strerror(-code))
-                    offset += max(_HEADER.size, (length + 3) & ~3)
+        reply = self.channel.request(
+            lambda seq: route_get(seq, dst, src, iif, proto, sport, dport))
+        return output_interface(reply) if reply else None
 
     def close(self) -> None:
-        self.sock.close()
+        self.channel.close()

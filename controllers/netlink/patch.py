@@ -29,14 +29,13 @@ Unit tests decode these bytes with pyroute2's own message classes.
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
-import threading
+
+from controllers.netlink.wire import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST,
+                                      Channel, attr, message)
 
 RTM_NEWTFILTER, RTM_DELTFILTER = 44, 45
-NLMSG_ERROR = 2
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
 TCA_KIND, TCA_OPTIONS = 1, 2
 TCA_U32_SEL, TCA_U32_ACT = 5, 7
 TCA_ACT_KIND, TCA_ACT_OPTIONS = 1, 2
@@ -46,20 +45,12 @@ TCA_EGRESS_REDIR = 1
 TC_U32_TERMINAL = 1
 INGRESS_PARENT = 0xFFFF0000
 ETH_P_ALL = 0x0003
-NLA_F_NESTED = 0x8000
 
-_HEADER = struct.Struct("=IHHII")           # nlmsghdr
 _TCMSG = struct.Struct("=BxxxiIII")         # tcmsg: family, ifindex, handle, parent, info
 _SEL = struct.Struct("=BBBxHHhhI")          # tc_u32_sel without its keys
 _KEY = struct.Struct("=IIii")               # tc_u32_key: mask, val, off, offmask
 _MIRRED = struct.Struct("=IIiiiiI")         # tc_mirred: index, capab, action, refcnt,
                                             # bindcnt, eaction, ifindex
-
-
-def _attr(kind: int, payload: bytes, nested: bool = False) -> bytes:
-    header = struct.pack("=HH", 4 + len(payload), kind | (NLA_F_NESTED if nested else 0))
-    data = header + payload
-    return data + b"\0" * (-len(data) % 4)
 
 
 def _info(prio: int) -> int:
@@ -70,21 +61,20 @@ def filter_add(seq: int, ifindex: int, peer: int, prio: int = 1) -> bytes:
     """RTM_NEWTFILTER: every frame entering ``ifindex`` leaves by ``peer``."""
     selector = _SEL.pack(TC_U32_TERMINAL, 0, 1, 0, 0, 0, 0, 0) + _KEY.pack(0, 0, 0, 0)
     mirred = _MIRRED.pack(0, 0, TC_ACT_STOLEN, 0, 0, TCA_EGRESS_REDIR, peer)
-    action = _attr(TCA_ACT_KIND, b"mirred\0") + \
-        _attr(TCA_ACT_OPTIONS, _attr(TCA_MIRRED_PARMS, mirred), nested=True)
-    options = _attr(TCA_U32_SEL, selector) + \
-        _attr(TCA_U32_ACT, _attr(1, action, nested=True), nested=True)
+    action = attr(TCA_ACT_KIND, b"mirred\0") + \
+        attr(TCA_ACT_OPTIONS, attr(TCA_MIRRED_PARMS, mirred), nested=True)
+    options = attr(TCA_U32_SEL, selector) + \
+        attr(TCA_U32_ACT, attr(1, action, nested=True), nested=True)
     body = _TCMSG.pack(0, ifindex, 0, INGRESS_PARENT, _info(prio)) + \
-        _attr(TCA_KIND, b"u32\0") + _attr(TCA_OPTIONS, options, nested=True)
-    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
-    return _HEADER.pack(_HEADER.size + len(body), RTM_NEWTFILTER, flags, seq, 0) + body
+        attr(TCA_KIND, b"u32\0") + attr(TCA_OPTIONS, options, nested=True)
+    return message(RTM_NEWTFILTER, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+                   seq, body)
 
 
 def filter_delete(seq: int, ifindex: int, prio: int = 1) -> bytes:
     """RTM_DELTFILTER: the filter of priority ``prio`` on ``ifindex``'s ingress goes."""
-    body = _TCMSG.pack(0, ifindex, 0, INGRESS_PARENT, _info(prio)) + _attr(TCA_KIND, b"u32\0")
-    return _HEADER.pack(_HEADER.size + len(body), RTM_DELTFILTER,
-                        NLM_F_REQUEST | NLM_F_ACK, seq, 0) + body
+    body = _TCMSG.pack(0, ifindex, 0, INGRESS_PARENT, _info(prio)) + attr(TCA_KIND, b"u32\0")
+    return message(RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK, seq, body)
 
 
 class PatchError(OSError):
@@ -95,33 +85,13 @@ class PatchSocket:
     """Lights and tears circuits on one OCS namespace's netlink socket."""
 
     def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self._seq = 0
-        self._lock = threading.Lock()
+        self.channel = Channel(sock, PatchError)
 
     def light(self, ifindex: int, peer: int, prio: int = 1) -> None:
-        self._request(lambda seq: filter_add(seq, ifindex, peer, prio))
+        self.channel.request(lambda seq: filter_add(seq, ifindex, peer, prio))
 
     def dark(self, ifindex: int, prio: int = 1) -> None:
-        self._request(lambda seq: filter_delete(seq, ifindex, prio))
-
-    def _request(self, build) -> None:
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-            self.sock.send(build(seq))
-            while True:
-                data = self.sock.recv(1 << 16)
-                offset = 0
-                while offset + _HEADER.size <= len(data):
-                    length, kind, _, got, _ = _HEADER.unpack_from(data, offset)
-                    if kind == NLMSG_ERROR and got == seq:
-                        (code,) = struct.unpack_from("=i", data, offset + _HEADER.size)
-                        if code:
-                            raise PatchError(-code, os.strerror(-code))
-                        return
-                    offset += max(_HEADER.size, (length + 3) & ~3)
+        self.channel.request(lambda seq: filter_delete(seq, ifindex, prio))
 
     def close(self) -> None:
-        self.sock.close()
-
+        self.channel.close()

@@ -23,7 +23,7 @@ from controllers.ocs_core import TECHNOLOGIES, delay_ms_for
 from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
 from emu.schema import Field
 from topologies import hybrid
-from traffic.measure import pcap
+from traffic.measure import pcap, probes
 from emu.live.capture import Capture
 from emu.live.probe import Probe
 from emu.live.replay import FlowResult, Stream
@@ -136,7 +136,7 @@ def run(ctx: Context) -> Outcome:
 def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
     src_ip = ctx.fabric.graph.nodes[src]["ip"]
     probe = pcap.packet_records(pcap_path, proto="udp", src_ip=src_ip, dport=PROBE_PORT)
-    stamped = pcap.probe_records(pcap_path, src_ip=src_ip, dport=PROBE_PORT)
+    stamped = probes.probe_records(pcap_path, src_ip=src_ip, dport=PROBE_PORT)
     tcp = pcap.packet_records(pcap_path, proto="tcp", src_ip=src_ip, dport=TCP_PORT)
     probe_ts = [r.ts for r in probe]
     period = 1.0 / s["probe_pps"]
@@ -149,7 +149,7 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
         gap = pcap.blackout_near(probe_ts, stamps["routes_moved"],
                                  window_s=injected_ms / 1000 + 1.0, nominal_interval_s=period,
                                  observed_until=probe_ts[-1] if probe_ts else None)
-        lost = pcap.sequence_blackout(stamped, stamps["routes_moved"],
+        lost = probes.sequence_blackout(stamped, stamps["routes_moved"],
                                       window_s=injected_ms / 1000 + 1.0, period_s=period)
         before = [r for r in tcp if stamps["start"] - s["settle_s"] + 0.5 <= r.ts < stamps["start"]]
         after_end = stamps["routes_restored"] + s["settle_s"]

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from emu.live import ovs
 
@@ -104,3 +104,43 @@ def check_congestion(name: str, path: Path = AVAILABLE_CC, load: bool = True) ->
         raise DataplaneError(f"congestion control {name!r} is not in this kernel{extra}; "
                              f"it has: {', '.join(available) or 'none listed'}")
     return name
+
+
+@dataclass
+class DataPlane:
+    """The data plane a testbed runs (`emu.live.dataplane`) and what it found."""
+
+    choice: Choice
+    netem: bool
+    ovs: Optional[ovs.OvsInfo] = None     # Open vSwitch's version and datapath, on ovs
+
+    @property
+    def kind(self) -> str:
+        return self.choice.dataplane
+
+    @property
+    def datapath(self) -> Optional[str]:
+        """Open vSwitch's datapath (``system`` kernel or ``netdev`` userspace), on ovs."""
+        return self.ovs.datapath if self.ovs else None
+
+    @property
+    def processes(self) -> tuple:
+        """Processes whose CPU tells whether the data plane kept up (the kernel's
+        forwarding shows as softirq time instead)."""
+        return ("ovs-vswitchd",) if self.kind == OVS else ()
+
+    def describe(self) -> str:
+        if self.ovs:
+            return f"Open vSwitch {self.ovs.version}, {self.ovs.datapath} datapath"
+        return "Linux kernel routers and tc patch panels"
+
+    def dump_commands(self, switch: str, pid: int, interfaces: List[str]) -> List[List[str]]:
+        """Commands that print one switch's forwarding state: flow and group tables
+        (OVS), or routes, rules, neighbours and ingress filters in its namespace."""
+        if self.kind == OVS:
+            return [["ovs-ofctl", "-O", "OpenFlow13", what, switch]
+                    for what in ("dump-flows", "dump-groups")]
+        prefix = ["mnexec", "-a", str(pid)]
+        return [prefix + ["ip", "route"], prefix + ["ip", "rule"], prefix + ["ip", "neigh"]] + \
+            [prefix + ["tc", "-s", "filter", "show", "dev", name, "ingress"]
+             for name in interfaces]

@@ -1,7 +1,7 @@
 """A constant-rate UDP probe: the instrument that times blackouts and jitter.
 
 Each datagram carries what iperf3's UDP datagrams carry, so the same reader
-(`traffic.measure.pcap.probe_records`) serves both: its send time as seconds
+(`traffic.measure.probes.probe_records`) serves both: its send time as seconds
 and microseconds of CLOCK_MONOTONIC, then a 32-bit sequence number, all in
 network byte order.  The receiver's capture then gives, per datagram, when it
 was sent, when it arrived and which ones never did.
@@ -26,13 +26,13 @@ import ctypes
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 from typing import Optional
 
-HEADER = struct.Struct("!IIi")        # as iperf3: seconds, microseconds, sequence
+from traffic.measure.probes import PROBE_HEADER as HEADER   # seconds, microseconds, sequence
+
 PR_SET_TIMERSLACK = 29
 PRIORITY = 10                         # SCHED_FIFO, below the kernel's own threads
 READY = "probe ready"

@@ -95,6 +95,31 @@ def mtu_lines(interfaces: Iterable[str], mtu: int) -> List[str]:
     return [f"link set dev {name} mtu {mtu}" for name in interfaces]
 
 
+def namespace_batches(nodes: Iterable[Tuple[Optional[int], str, List[str]]], fabric: Fabric,
+                      bw_factor: float, dataplane: str, queue_packets: int, mtu: int
+                      ) -> Dict[Optional[int], Dict[str, List[str]]]:
+    """The ip and tc batch lines of every namespace (None: the root one, where
+    Open vSwitch's ports live), from ``nodes`` as (namespace pid or None, fabric
+    node, its interfaces): every interface's MTU, and the shaping of every
+    interface that sends onto a link (`shaped_interfaces`)."""
+    plan = shaped_interfaces(fabric, bw_factor, dataplane)
+    batches: Dict[Optional[int], Dict[str, List[str]]] = {}
+    for pid, fabric_node, interfaces in nodes:
+        batch = batches.setdefault(pid, {"ip": [], "tc": []})
+        batch["ip"] += mtu_lines(interfaces, mtu)
+        for ifname, mbps in plan.get(fabric_node, []):
+            batch["tc"] += tc_lines(ifname, mbps, queue_packets)
+    return batches
+
+
+def apply(batches: Dict[Optional[int], Dict[str, List[str]]]) -> None:
+    """One ``ip -batch`` and one ``tc -batch`` per namespace, MTUs first."""
+    for pid, batch in batches.items():
+        where = "the root namespace" if pid is None else f"namespace of pid {pid}"
+        run_batch("ip", batch["ip"], pid, f"set MTUs in {where}")
+        run_batch("tc", batch["tc"], pid, f"shape links in {where}")
+
+
 def run_batch(tool: str, lines: List[str], pid: Optional[int], what: str) -> None:
     """Run ``tool -batch`` over ``lines`` in the namespace of ``pid`` (None: this one)."""
     if not lines:

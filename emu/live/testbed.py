@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -110,35 +109,6 @@ def free_loopback_port() -> int:
         return probe.getsockname()[1]
 
 
-@dataclass
-class DataPlane:
-    """The data plane a testbed runs (`emu.live.dataplane`) and what it found."""
-
-    choice: planes.Choice
-    netem: bool
-    ovs: Optional[ovs.OvsInfo] = None     # Open vSwitch's version and datapath, on ovs
-
-    @property
-    def kind(self) -> str:
-        return self.choice.dataplane
-
-    @property
-    def datapath(self) -> Optional[str]:
-        """Open vSwitch's datapath (``system`` kernel or ``netdev`` userspace), on ovs."""
-        return self.ovs.datapath if self.ovs else None
-
-    @property
-    def processes(self) -> tuple:
-        """Processes whose CPU tells whether the data plane kept up (the kernel's
-        forwarding shows as softirq time instead)."""
-        return ("ovs-vswitchd",) if self.kind == planes.OVS else ()
-
-    def describe(self) -> str:
-        if self.ovs:
-            return f"Open vSwitch {self.ovs.version}, {self.ovs.datapath} datapath"
-        return "Linux kernel routers and tc patch panels"
-
-
 def versions(ovs_version: str = "") -> Dict[str, str]:
     """Versions of what a run used: Python, the kernel, the pinned packages, OVS, iperf3."""
     found = {"python": platform.python_version(), "kernel": platform.release()}
@@ -178,7 +148,7 @@ class Testbed:
         self.net = None
         self.control: Optional[ControlClient] = None
         self.controller: Optional[subprocess.Popen] = None
-        self.dataplane: Optional[DataPlane] = None
+        self.dataplane: Optional[planes.DataPlane] = None
         self.warnings = []
         self._stack = ExitStack()
         self._old_sigterm = None
@@ -196,7 +166,7 @@ class Testbed:
             choice = planes.choose(self.asked_dataplane)
             planes.check_congestion(self.congestion)
             info = ovs.ensure_ovs() if choice.dataplane == planes.OVS else None
-            self.dataplane = DataPlane(choice, netem=ovs.netem_available(), ovs=info)
+            self.dataplane = planes.DataPlane(choice, netem=ovs.netem_available(), ovs=info)
             self.log(f"{choice.describe()}: {self.dataplane.describe()}"
                      f"{'' if self.dataplane.netem else ', no netem (no delay/loss emulation)'}"
                      f"; TCP {self.congestion}")
@@ -337,28 +307,20 @@ class Testbed:
         return node.pid if node.inNamespace else None
 
     def _shape(self) -> None:
-        """MTU on every interface, HTB at the link rate and a short FIFO on every
-        sending end (`emu.live.shaping`): one tc and one ip batch per namespace.
+        """MTU on every interface, and the link's rate and two bounded queues on
+        every sending end (`emu.live.shaping`): one tc and one ip batch per
+        namespace.
 
         On OVS this runs after the bridges took their ports, because Open
         vSwitch clears a port's qdisc when it first configures it.
         """
-        plan = shaping.shaped_interfaces(self.fabric, self.scale.bw_factor,
-                                         self.dataplane.kind)
-        limit = self.queue_packets
-        by_namespace: Dict[Optional[int], Dict[str, List[str]]] = {}
-        for node in self.net.hosts + self.net.switches:
-            fabric_node = machine_to_fabric(node.name)
-            batch = by_namespace.setdefault(self._namespace_pid(node), {"tc": [], "ip": []})
-            batch["ip"] += shaping.mtu_lines([i.name for i in node.intfList() if i.name != "lo"],
-                                             self.mtu)
-            for ifname, mbps in plan.get(fabric_node, []):
-                batch["tc"] += shaping.tc_lines(ifname, mbps, limit)
+        nodes = [(self._namespace_pid(node), machine_to_fabric(node.name),
+                  [i.name for i in node.intfList() if i.name != "lo"])
+                 for node in self.net.hosts + self.net.switches]
+        batches = shaping.namespace_batches(nodes, self.fabric, self.scale.bw_factor,
+                                            self.dataplane.kind, self.queue_packets, self.mtu)
         try:
-            for pid, batch in by_namespace.items():
-                where = "the root namespace" if pid is None else f"namespace of pid {pid}"
-                shaping.run_batch("ip", batch["ip"], pid, f"set MTUs in {where}")
-                shaping.run_batch("tc", batch["tc"], pid, f"shape links in {where}")
+            shaping.apply(batches)
         except shaping.BatchError as exc:
             raise TestbedError(str(exc)) from None
 
@@ -503,15 +465,8 @@ class Testbed:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for switch in self.net.switches:
-            if self.dataplane.kind == planes.OVS:
-                commands = [["ovs-ofctl", "-O", "OpenFlow13", what, switch.name]
-                            for what in ("dump-flows", "dump-groups")]
-            else:
-                prefix = ["mnexec", "-a", str(switch.pid)]
-                commands = [prefix + ["ip", "route"], prefix + ["ip", "rule"],
-                            prefix + ["ip", "neigh"]]
-                commands += [prefix + ["tc", "-s", "filter", "show", "dev", intf.name, "ingress"]
-                             for intf in switch.intfList() if intf.name != "lo"]
+            commands = self.dataplane.dump_commands(
+                switch.name, switch.pid, [i.name for i in switch.intfList() if i.name != "lo"])
             parts = []
             for command in commands:
                 out = subprocess.run(command, capture_output=True, text=True, timeout=30)

@@ -6,7 +6,7 @@ import struct
 import pytest
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-from controllers.netlink import patch
+from controllers.netlink import lookup, patch, wire
 
 
 def decoded(data: bytes) -> tcmsg:
@@ -56,8 +56,8 @@ class Loopback:
 
     def recv(self, size):
         seq = struct.unpack_from("=IHHII", self.sent[-1])[3]
-        other = struct.pack("=IHHII", 20, patch.NLMSG_ERROR, 0, seq + 99, 0) + struct.pack("=i", 0)
-        ack = struct.pack("=IHHII", 36, patch.NLMSG_ERROR, 0, seq, 0) + \
+        other = struct.pack("=IHHII", 20, wire.NLMSG_ERROR, 0, seq + 99, 0) + struct.pack("=i", 0)
+        ack = struct.pack("=IHHII", 36, wire.NLMSG_ERROR, 0, seq, 0) + \
             struct.pack("=i", -self.code) + self.sent[-1][:16]
         return other + ack
 
@@ -75,3 +75,28 @@ def test_a_request_returns_once_its_own_acknowledgement_came():
     assert kinds == [patch.RTM_NEWTFILTER, patch.RTM_DELTFILTER] and seqs == [1, 2]
     with pytest.raises(patch.PatchError, match="File exists"):
         patch.PatchSocket(Loopback(code=17)).light(3, 4)
+
+
+class RouteReplies(Loopback):
+    """A router's kernel that answers a route question with output interface 7."""
+
+    def recv(self, size):
+        seq = struct.unpack_from("=IHHII", self.sent[-1])[3]
+        if self.code:
+            return super().recv(size)
+        body = struct.pack("=BBBBBBBBI", 2, 32, 32, 0, 254, 0, 0, 1, 0) + \
+            wire.attr(lookup.RTA_OIF, struct.pack("=I", 7))
+        return wire.message(lookup.RTM_NEWROUTE, 0, seq, body)
+
+
+def test_a_route_question_carries_the_five_tuple_and_reads_the_output_port():
+    sock = RouteReplies()
+    assert lookup.RouteLookup(sock).output("10.0.0.16", "10.0.0.1", 3, 5201, 40000) == 7
+    question = sock.sent[0]
+    assert struct.unpack_from("=IHHII", question)[1] == lookup.RTM_GETROUTE
+    for kind, payload in ((lookup.RTA_SPORT, struct.pack("!H", 5201)),
+                          (lookup.RTA_DPORT, struct.pack("!H", 40000)),
+                          (lookup.RTA_IP_PROTO, bytes([6]))):
+        assert wire.attr(kind, payload) in question, kind
+    with pytest.raises(lookup.RouteLookupError, match="Network is unreachable"):
+        lookup.RouteLookup(RouteReplies(code=101)).output("10.0.0.16", "10.0.0.1", 3, 1, 2)

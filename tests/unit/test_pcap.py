@@ -237,7 +237,7 @@ def iperf3_datagram(seq, sent, arrival, src=H1, dport=5301):
 
 
 def test_probe_records_carry_send_time_and_sequence(tmp_path):
-    from traffic.measure.pcap import probe_records
+    from traffic.measure.probes import probe_records
     path = tmp_path / "probe.pcap"
     wrpcap(str(path), [iperf3_datagram(1, T0 + 0.25, T0 + 0.2501),
                        tcp(H1, H2, 40000, 5301, T0 + 0.3),
@@ -249,7 +249,7 @@ def test_probe_records_carry_send_time_and_sequence(tmp_path):
 
 
 def test_sequence_blackout_is_the_senders_lost_stretch_whatever_the_queueing():
-    from traffic.measure.pcap import ProbeRecord, sequence_blackout
+    from traffic.measure.probes import ProbeRecord, sequence_blackout
     period = 0.0001
     records = []
     for seq in range(1, 2001):

@@ -8,7 +8,7 @@ from scapy.layers.l2 import Ether
 from scapy.utils import wrpcap
 
 from emu.live import probe
-from traffic.measure.pcap import probe_records
+from traffic.measure.probes import probe_records
 
 
 def test_a_datagram_carries_send_time_and_sequence_as_iperf3_does(tmp_path):
