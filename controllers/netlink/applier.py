@@ -313,8 +313,11 @@ class NetlinkApplier:
              proto: int = 6) -> Optional[List[str]]:
         """The nodes a packet of one flow crosses now, as each router's kernel picks
         its next hop for the flow's five-tuple (and each OCS its lit circuit);
-        None where a hop cannot tell (a host that forwards, a dark port)."""
+        None where a hop cannot tell: a host with several NICs (its own kernel
+        picks one), a host that forwards, a dark port."""
         fabric = self.fabric
+        if len(fabric.graph.edges(src)) != 1:
+            return None
         src_ip, dst_ip = (fabric.graph.nodes[h]["ip"] for h in (src, dst))
         node, in_port = fabric.host_port(src)
         nodes = [src]

@@ -192,10 +192,12 @@ def _fidelity_section(result: dict) -> List[str]:
                       f"({len(alone)} of {plain(fidelity.get('flows_checked', '?'))} "
                       f"checked):",
                   ""]
-        lines += _table(("flow", "goodput (Mbit/s)", "cap (Mbit/s)", "ratio", "ok"),
+        lines += _table(("flow", "goodput (Mbit/s)", "cap (Mbit/s)", "ratio", "ok",
+                         "not held to its rate"),
                         [(plain(row.get("id")), plain(row.get("goodput_mbps")),
                           plain(row.get("cap_mbps")), plain(row.get("ratio"), 3),
-                          plain(row.get("ok"))) for row in alone[:MAX_TABLE_ROWS]])
+                          plain(row.get("ok")), plain(row.get("not_held")))
+                         for row in alone[:MAX_TABLE_ROWS]])
         if len(alone) > MAX_TABLE_ROWS:
             lines.append(f"\n... {len(alone) - MAX_TABLE_ROWS} more in {RESULT_FILE}.")
     return lines + _shared_links_lines(fidelity)

@@ -126,6 +126,16 @@ def test_fabric_reachability_and_routes(name, tmp_path, dataplane):
         # A ping or two may drop on a loaded 2-core machine; the route check needs the rest.
         assert received >= PINGS * 0.95, f"{name}: {src} -> {dst}:\n{out}"
         after = {s: port_tx(bed, s) for s in switches}
+        # The path the data plane says one flow takes is one of the computed ones
+        # (the kernel's multipath hash; OVS's select groups cannot tell).
+        told = bed.control.call("paths", flows=[[src, dst, 5201, 40000]])["paths"][0]
+        if dataplane == "ovs" or len(fabric.graph.edges(src)) > 1:
+            assert told is None, told
+        else:
+            # Computed paths are logical: a lit circuit is one edge, its OCS left out.
+            logical = told and [n for n in told if fabric.kind(n) != OCS]
+            assert logical in paths or told is None and fabric.params.get("transit_hosts"), \
+                f"{name}: the kernel's path {told} is not among {paths}"
     busy = {(s, p) for s in switches for p, n in after[s].items()
             if n - before[s].get(p, 0) >= PINGS * 0.85}
     stray = busy - forward - backward

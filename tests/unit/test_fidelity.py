@@ -133,3 +133,18 @@ def test_where_the_kernel_forwards_only_a_busy_machine_on_average_is_saturated()
     forwarding = dict(spiky, softirq_pct={"mean": 30.0, "max": 55.0})
     warnings = assess([], forwarding, kernel_forwarding=True)["warnings"]
     assert warnings and warnings[0].startswith("kernel forwarding saturated: softirq took 55 %")
+
+
+def test_a_lone_flow_too_short_or_losing_at_its_own_queue_is_not_held_to_its_rate():
+    def lone(flow_id, link, nbytes, retransmits, goodput=4.0):
+        return dict(flow(flow_id, 0, 1, goodput, 10.0, [link]), bytes=nbytes,
+                    retransmits=retransmits)
+
+    flows = [lone("short", "a->b", 84_000, 0),             # 67 ms at 10 Mbit/s
+             lone("lossy", "c->d", 1_250_000, 12),         # overran its own queue
+             lone("slow", "e->f", 1_250_000, 0)]           # nothing explains it
+    report = assess(flows, IDLE_CPU)
+    assert [w.split()[1] for w in report["warnings"]] == ["slow"]
+    why = {row["id"]: row["not_held"] for row in report["alone_flows"]}
+    assert why == {"short": "shorter than 0.2 s at its rate",
+                   "lossy": "12 retransmissions at its own queue", "slow": None}

@@ -373,6 +373,16 @@ def test_a_flow_path_follows_the_kernels_choice_of_next_hop_at_every_router():
     assert applier.path("h1", "h16", 5201, 40000) is None, "a router without a lookup"
 
 
+def test_a_host_with_several_nics_has_no_path_the_routers_can_tell():
+    fabric = registry.build("sip-ocs,gpus=16,technology=mems")
+    kernel = FakeKernel(fabric)
+    applier = NetlinkApplier(fabric)
+    for switch in fabric.switches:
+        applier.attach(switch, kernel.sockets[switch], lookup=FakeLookup(kernel.sockets[switch]))
+    assert len(fabric.graph.edges("h1")) > 1
+    assert applier.path("h1", "h2", 5201, 40000) is None, "the GPU's own kernel picks its NIC"
+
+
 def test_the_openflow_plane_cannot_tell_a_flows_path():
     net = PLANES["openflow"]("fattree,k=4")
     assert net.service.handle({"op": "paths", "flows": [["h1", "h16", 1, 2]]}) == \
