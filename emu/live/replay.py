@@ -210,6 +210,26 @@ class Replayer:
                 raise RuntimeError(f"host agent on {host} did not start")
         return self._agents[host]
 
+    def _arm_at(self, flow: Flow) -> Optional[float]:
+        """When ``flow`` may be armed, or None while that is not known yet.
+
+        A flow due at a time is armed ``ARM_AHEAD_S`` before it.  A flow that
+        follows others right away (the next step of a collective) is armed
+        once they have all fired, so its processes start while they run.  A
+        flow that follows others after a pause longer than ``ARM_AHEAD_S``
+        (the next phase, after compute) waits until they have ended and is
+        armed ``ARM_AHEAD_S`` before it is due: armed at once, its processes
+        would start while the flows it follows still send, and take the CPU
+        those senders need.
+        """
+        if not flow.after:
+            return self.t0 + flow.at_s - ARM_AHEAD_S
+        if flow.at_s <= ARM_AHEAD_S:
+            return time.time() if all(d in self._fired for d in flow.after) else None
+        if not all(d in self._done for d in flow.after):
+            return None
+        return max(self.results[d].end for d in flow.after) + flow.at_s - ARM_AHEAD_S
+
     def _arm(self, fid: str) -> None:
         flow = self.flows[fid]
         port = self._next_port(flow.src)
@@ -305,21 +325,22 @@ class Replayer:
                             fired[fid] = now
                     else:
                         next_start = ready_at if next_start is None else min(next_start, ready_at)
-                # Arm the next wave: every flow whose dependencies have all fired
-                # (and, for a flow due at a time, that time is near).  After the
-                # go messages: starting servers takes milliseconds each, which a
-                # flow whose dependencies just ended should not wait for.
+                # Arm the next wave.  After the go messages: starting servers
+                # takes milliseconds each, which a flow whose dependencies just
+                # ended should not wait for.
+                pending = []
                 for fid in list(self._order):
-                    flow = flows[fid]
-                    if fid not in self._armed and fid not in done and \
-                            all(d in fired for d in flow.after) and \
-                            (flow.after or time.time() >= self.t0 + flow.at_s - ARM_AHEAD_S):
+                    if fid in self._armed or fid in done:
+                        continue
+                    arm_at = self._arm_at(flows[fid])
+                    if arm_at is None:
+                        continue
+                    if time.time() >= arm_at:
                         self._arm(fid)
-                if next_start is None:
-                    # Wake up to arm a time-based flow that is not armed yet.
-                    pending = [self.t0 + flows[f].at_s - ARM_AHEAD_S for f in self._order
-                               if f not in self._armed and not flows[f].after]
-                    next_start = min(pending) if pending else None
+                    else:
+                        pending.append(arm_at)
+                if pending:
+                    next_start = min(pending) if next_start is None else min(next_start, *pending)
                 if pending_events:
                     event_at = self.t0 + pending_events[0][0]
                     next_start = event_at if next_start is None else min(next_start, event_at)

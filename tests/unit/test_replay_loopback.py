@@ -18,6 +18,7 @@ import pytest
 
 from emu.live import state
 from traffic.flows import Flow, FlowDag
+from emu.live import replay
 from emu.live.replay import BASE_PORT, Replayer
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
@@ -123,3 +124,43 @@ def test_event_moves_a_running_flow_and_an_unarmed_one_to_other_hosts(tmp_path):
     assert results["quick"].src == "a", "a finished flow is not moved"
     assert "slow" not in {r.id for r in finished}, "a moved flow must not be reported done"
     assert sorted(r.id for r in finished) == ["after-slow", "later", "quick", "slow~m1"]
+
+
+def test_a_flow_after_a_pause_is_armed_only_when_near_due(tmp_path, monkeypatch):
+    """The next step of a collective is armed while its predecessor runs; the
+    next phase, after a pause, only once the flows it follows have ended and
+    its time is near, so its processes never start beside busy senders."""
+    monkeypatch.setattr(replay, "ARM_AHEAD_S", 0.4)
+    bed = LoopbackBed(["a", "b", "c"])
+    dag = FlowDag([Flow("f1", "a", "b", 2_000_000),
+                   Flow("step", "b", "c", 100_000, after=("f1",)),
+                   Flow("phase", "c", "a", 100_000, after=("f1",), at_s=1.0)])
+    player = Replayer(bed, dag, 1000.0, tmp_path / "flows")
+    armed_at = {}
+    arm = player._arm
+
+    def record(fid):
+        armed_at[fid] = time.time()
+        arm(fid)
+
+    player._arm = record
+    results = {r.id: r for r in player.run()}
+    assert all(r.status == "ok" for r in results.values()), results
+    assert armed_at["step"] < results["f1"].end, "the next step is armed while f1 runs"
+    assert armed_at["phase"] >= results["f1"].end + 1.0 - 0.4 - 0.05, (armed_at, results["f1"])
+    assert results["phase"].start >= results["f1"].end + 1.0
+
+
+def test_arm_time_of_each_kind_of_flow():
+    player = Replayer(LoopbackBed(["a", "b"]), FlowDag([]), 10.0, Path("/nonexistent"))
+    player.t0 = 100.0
+    ahead = replay.ARM_AHEAD_S
+    assert player._arm_at(Flow("t", "a", "b", 1, at_s=5.0)) == 100.0 + 5.0 - ahead
+    step = Flow("s", "a", "b", 1, after=("d",))
+    pause = Flow("p", "a", "b", 1, after=("d",), at_s=ahead + 3.0)
+    assert player._arm_at(step) is None and player._arm_at(pause) is None
+    player._fired["d"] = 101.0
+    assert player._arm_at(step) is not None and player._arm_at(pause) is None
+    player._done.add("d")
+    player.results["d"] = SimpleNamespace(end=102.0)
+    assert player._arm_at(pause) == 102.0 + 3.0

@@ -1,0 +1,36 @@
+"""iperf3 client settings that shape what reaches the links (no root)."""
+
+import shutil
+
+import pytest
+
+from emu.live.iperf_worker import LARGEST_BLOCK, ClientSpec, build_client, exact_blocks
+
+
+@pytest.mark.parametrize("num_bytes", [1, 1448, 131072, 131073, 312500, 1250000, 10**9 + 7])
+def test_whole_blocks_add_up_to_the_byte_count(num_bytes):
+    block = exact_blocks(num_bytes)
+    blocks = -(-num_bytes // block)
+    assert 0 < block <= LARGEST_BLOCK
+    # The sender stops after the block that reaches the count: at most a byte
+    # per block over it, never a block's worth queued for nobody.
+    assert num_bytes <= blocks * block < num_bytes + blocks
+
+
+def test_iperf3s_default_block_overshoots_a_flow_by_most_of_a_block():
+    """Why: 312.5 KB in whole 128 KiB blocks is 384 KiB written."""
+    assert -(-312500 // LARGEST_BLOCK) * LARGEST_BLOCK - 312500 == 80716
+    assert exact_blocks(312500) == 104167
+
+
+def test_bad_byte_count_is_refused():
+    with pytest.raises(ValueError, match="positive"):
+        exact_blocks(0)
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs libiperf")
+def test_a_byte_count_client_gets_the_exact_block_unless_one_is_given():
+    assert build_client(ClientSpec("127.0.0.1", 5999, bytes=312500, reverse=True)).blksize \
+        == 104167
+    assert build_client(ClientSpec("127.0.0.1", 5999, bytes=312500, blksize=8192)).blksize \
+        == 8192
