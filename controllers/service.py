@@ -103,13 +103,16 @@ class FabricService:
 
     def paths(self, flows) -> dict:
         """The nodes each flow ``[src host, dst host, sport, dport]`` crosses now, as
-        the data plane itself picks them (ECMP by flow hash): ``{"paths": [...]}``,
-        None for a flow it cannot tell, or every one where the data plane cannot."""
-        path = getattr(self.applier, "path", None)
-        if path is None:
-            return {"paths": [None for _ in flows]}
-        return {"paths": [path(src, dst, int(sport), int(dport))
-                          for src, dst, sport, dport in flows]}
+        the data plane itself picks them (ECMP by flow hash), and the port each
+        node sends it out of (which tells parallel links apart):
+        ``{"paths": [[node, ...]], "ports": [[port, ...]]}``, None for a flow it
+        cannot tell, or every one where the data plane cannot."""
+        route = getattr(self.applier, "hops", None)
+        if route is None:
+            return {"paths": [None for _ in flows], "ports": [None for _ in flows]}
+        hops = [route(src, dst, int(sport), int(dport)) for src, dst, sport, dport in flows]
+        return {"paths": [None if h is None else [node for node, _ in h] for h in hops],
+                "ports": [None if h is None else [port for _, port in h[:-1]] for h in hops]}
 
     def _ocs(self, name) -> OcsCore:
         if name not in self.ocs:

@@ -19,7 +19,6 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from topologies import routing
 from topologies.fabric import Fabric
-from traffic.kvflows import link_id
 from traffic.scale import Scale
 
 
@@ -32,10 +31,25 @@ SOFTIRQ_PCT = 50.0
 # Flows --------------------------------------------------------------------------
 
 def path_links(fabric: Fabric, src: str, dst: str) -> List[str]:
-    """Links on any current shortest path (ECMP may pick any of them)."""
+    """Links on any current shortest path (ECMP may pick any of them), each in
+    the direction from ``src`` to ``dst`` and named as `directed_links` names
+    them; of parallel links, every one."""
     logical = fabric.logical_graph()
-    return sorted({link_id(u, v) for path in routing.shortest_paths(logical, src, dst)
-                   for u, v in zip(path, path[1:])})
+    return sorted({link for path in routing.shortest_paths(logical, src, dst)
+                   for u, v in zip(path, path[1:]) for link in _hop_links(fabric, u, v)})
+
+
+def _hop_links(fabric: Fabric, u: str, v: str, port: Optional[int] = None) -> List[str]:
+    """The directed link(s) from u to v: the one on ``port``, or, not knowing the
+    port, every one.  Parallel links are told apart by u's port; a single
+    link (or a circuit through an OCS) is just ``u->v``."""
+    graph = fabric.graph
+    parallel = graph.number_of_edges(u, v) if graph.has_edge(u, v) else 0
+    if parallel < 2:
+        return [f"{u}->{v}"]
+    ports = [port] if port is not None else sorted(
+        data["ports"][u] for data in graph.get_edge_data(u, v).values())
+    return [f"{u}->{v} (port {p})" for p in ports]
 
 
 def path_cap_mbps(fabric: Fabric, scale: Scale, src: str, dst: str) -> Optional[float]:
@@ -48,24 +62,34 @@ def path_cap_mbps(fabric: Fabric, scale: Scale, src: str, dst: str) -> Optional[
     return scale.emu_mbps(max(caps)) if caps else None
 
 
-def directed_links(path: Sequence[str]) -> List[str]:
-    """The links a packet crosses along a node path, each in its direction."""
-    return [f"{u}->{v}" for u, v in zip(path, path[1:])]
+def directed_links(path: Sequence[str], fabric: Optional[Fabric] = None,
+                   ports: Optional[Sequence[int]] = None) -> List[str]:
+    """The links a packet crosses along a node path, each in its direction;
+    with the ``fabric`` and each node's out ``ports``, parallel links are told
+    apart (``s1->s4 (port 7)``)."""
+    if fabric is None:
+        return [f"{u}->{v}" for u, v in zip(path, path[1:])]
+    ports = list(ports) if ports else [None] * (len(path) - 1)
+    return [link for (u, v), port in zip(zip(path, path[1:]), ports)
+            for link in _hop_links(fabric, u, v, port)]
 
 
 def fidelity_rows(fabric: Fabric, scale: Scale, flows, prefix: str = "",
-                  paths: Optional[Mapping[str, Sequence[str]]] = None) -> List[Dict]:
+                  paths: Optional[Mapping[str, Sequence[str]]] = None,
+                  ports: Optional[Mapping[str, Sequence[int]]] = None) -> List[Dict]:
     """One row per finished flow (`emu.live.replay.FlowResult`) for `assess`;
     ``prefix`` tells links of different testbeds apart (``"zcube:"``).  Where
     ``paths`` knows the nodes a flow's data crossed (the data plane's own ECMP
     choice), its links are those, each in its direction; otherwise every link
-    of every shortest path between its hosts (any of them may have carried it)."""
+    of every shortest path between its hosts (any of them may have carried it).
+    ``ports`` (flow id -> each node's out port) tells parallel links apart."""
     rows = []
     for flow in flows:
         if flow.status != "ok":
             continue
         path = (paths or {}).get(flow.id)
-        links = directed_links(path) if path else path_links(fabric, flow.src, flow.dst)
+        links = directed_links(path, fabric, (ports or {}).get(flow.id)) if path \
+            else path_links(fabric, flow.src, flow.dst)
         row = {"id": flow.id, "start": flow.start, "end": flow.end,
                "goodput_mbps": flow.goodput_mbps, "bytes": flow.bytes,
                "retransmits": flow.retransmits,

@@ -198,7 +198,7 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
     rows = [row for recorded in series.recorded
             for row in fidelity_rows(recorded.fabric, recorded.scale, recorded.flows,
                                      prefix=f"{recorded.label}:" if recorded.label else "",
-                                     paths=recorded.paths)]
+                                     paths=recorded.paths, ports=recorded.ports)]
     settings = scenario.config["fidelity"]
     result["fidelity"] = assess(rows, series.cpu_summary(),
                                 saturation_pct=settings["saturation_pct"],

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from controllers.intents import Batch, Intent, Lightpath, PinHop, Reset, Route, UnpinHop
 from topologies.fabric import HOST, OCS, Fabric
@@ -315,14 +315,20 @@ class NetlinkApplier:
         its next hop for the flow's five-tuple (and each OCS its lit circuit);
         None where a hop cannot tell: a host with several NICs (its own kernel
         picks one), a host that forwards, a dark port."""
+        hops = self.hops(src, dst, sport, dport, proto)
+        return None if hops is None else [node for node, _ in hops]
+
+    def hops(self, src: str, dst: str, sport: int, dport: int,
+             proto: int = 6) -> Optional[List[Tuple[str, Optional[int]]]]:
+        """`path` with the port each node sends the flow out of ((dst, None) last):
+        of two parallel links between the same switches, the one it takes."""
         fabric = self.fabric
         if len(fabric.graph.edges(src)) != 1:
             return None
         src_ip, dst_ip = (fabric.graph.nodes[h]["ip"] for h in (src, dst))
         node, in_port = fabric.host_port(src)
-        nodes = [src]
+        hops: List[Tuple[str, Optional[int]]] = [(src, next(iter(fabric.ports_of(src))))]
         for _ in range(MAX_HOPS):
-            nodes.append(node)
             if fabric.kind(node) == OCS:
                 out = next((b if a == in_port else a for a, b in fabric.circuits.get(node, ())
                             if in_port in (a, b)), None)
@@ -338,9 +344,10 @@ class NetlinkApplier:
                 out = next((p for p, i in self.indexes[node].items() if i == oif), None)
             if out is None:
                 return None
+            hops.append((node, out))
             peer, peer_port = fabric.peer(node, out)
             if fabric.kind(peer) == HOST:
-                return nodes + [peer] if peer == dst else None
+                return hops + [(peer, None)] if peer == dst else None
             node, in_port = peer, peer_port
         return None
 

@@ -46,6 +46,7 @@ class Recorded:
     scale: object
     flows: list
     paths: Dict[str, List[str]] = field(default_factory=dict)   # flow id -> nodes
+    ports: Dict[str, List[int]] = field(default_factory=dict)   # flow id -> out ports
 
 
 class TestbedSeries:
@@ -129,7 +130,9 @@ class TestbedSeries:
             raise RuntimeError("record_flows() outside open()")
         flows = list(flows)
         self._current.flows.extend(flows)
-        self._current.paths.update(self._bed.flow_paths(flows))
+        paths, ports = self._bed.flow_paths(flows)
+        self._current.paths.update(paths)
+        self._current.ports.update(ports)
 
     def cpu_summary(self) -> Optional[dict]:
         """The testbeds' CPU samples as one `CpuSampler` summary: means weighted

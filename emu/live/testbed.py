@@ -28,7 +28,7 @@ import time
 from contextlib import ExitStack
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
@@ -483,17 +483,21 @@ class Testbed:
         return drops.read(pids + ([None] if ovs_plane else []), ovs=ovs_plane,
                           log_since=log_since)
 
-    def flow_paths(self, flows) -> Dict[str, List[str]]:
+    def flow_paths(self, flows) -> Tuple[Dict[str, List[str]], Dict[str, List[int]]]:
         """Flow id -> the nodes its data crosses now, as the data plane picks them
-        (the kernel's multipath hash of the flow's ports); flows it cannot tell
-        (Open vSwitch's select groups, unknown ports) are left out."""
+        (the kernel's multipath hash of the flow's ports), and flow id -> the
+        port each of those nodes sends it out of; flows it cannot tell (Open
+        vSwitch's select groups, unknown ports) are left out."""
         known = [f for f in flows if f.status == "ok" and f.sport and f.dport]
         if not known:
-            return {}
+            return {}, {}
         self.check_controller()
         reply = self.control.call("paths", flows=[[f.src, f.dst, f.sport, f.dport]
                                                   for f in known])
-        return {f.id: path for f, path in zip(known, reply["paths"]) if path}
+        told = [(f.id, path, ports) for f, path, ports in
+                zip(known, reply["paths"], reply.get("ports") or [None] * len(known)) if path]
+        return ({fid: path for fid, path, _ in told},
+                {fid: ports for fid, _, ports in told if ports})
 
     def counters(self) -> Dict[str, Dict[int, dict]]:
         """Every switch's port counters, from the controller (OpenFlow port stats):

@@ -2,7 +2,8 @@
 
 import pytest
 
-from emu.fidelity import assess, fidelity_rows, path_cap_mbps, path_links, shared_links
+from emu.fidelity import (assess, directed_links, fidelity_rows, path_cap_mbps, path_links,
+                          shared_links)
 from emu.live.replay import FlowResult
 from topologies import registry
 from traffic.scale import Scale
@@ -104,6 +105,32 @@ def test_rows_take_the_path_the_data_plane_gave_each_flow():
     assert rows[0]["links"] == [f"h1->{edge}", f"{edge}->h2"] and rows[0]["path"] == path
     assert "path" not in rows[1] and rows[1]["links"] == path_links(fabric, "h1", "h16"), \
         "a flow without a known path keeps every shortest path's links"
+
+
+def test_parallel_links_are_told_apart_by_the_port_a_flow_left_on():
+    """FT-OS at 16 GPUs joins each ToR to its one spine by two links: two flows
+    out of one ToR share a link only if the kernel hashed them onto the same one."""
+    fabric = registry.build("fattree-os,gpus=16,radix=8,gpus_per_server=2")
+    scale = Scale.from_rates(400, 10)
+    tor, spine = fabric.host_port("h1")[0], "s4"
+    uplinks = sorted(data["ports"][tor] for data in fabric.graph.get_edge_data(tor, spine).values())
+    assert len(uplinks) == 2
+    assert {f"{tor}->{spine} (port {p})" for p in uplinks} <= set(path_links(fabric, "h1", "h7")), \
+        "a flow whose path is unknown may have taken either uplink"
+    far = fabric.host_port("h7")[0]
+    path = ["h1", tor, spine, far, "h7"]
+    down = next(iter(fabric.graph.get_edge_data(spine, far).values()))["ports"][spine]
+    rows = fidelity_rows(fabric, scale, [result("a", "h1", "h7"), result("b", "h2", "h8")],
+                         paths={"a": path, "b": ["h2", tor, spine, far, "h8"]},
+                         ports={"a": [0, uplinks[0], down, 0], "b": [0, uplinks[1], down, 0]})
+    assert f"{tor}->{spine} (port {uplinks[0]})" in rows[0]["links"]
+    assert f"{tor}->{spine} (port {uplinks[1]})" in rows[1]["links"]
+    shared = {row["link"] for row in shared_links(rows)}
+    assert not any(link.startswith(f"{tor}->{spine}") for link in shared), \
+        "flows on the two parallel uplinks did not share one"
+    assert f"{spine}->{far} (port {down})" in shared, shared
+    assert directed_links(path) == [f"h1->{tor}", f"{tor}->{spine}", f"{spine}->{far}",
+                                    f"{far}->h7"], "without the fabric, node pairs"
 
 
 def test_flows_that_met_on_a_link_are_listed_with_the_time_they_shared():

@@ -369,6 +369,14 @@ def test_a_flow_path_follows_the_kernels_choice_of_next_hop_at_every_router():
                                                     ["h1", "h2", 5201, 40000]]})
     assert reply["paths"][0] == applier.path("h1", "h16", 5201, 40000)
     assert reply["paths"][1] == ["h1", fabric.host_port("h1")[0], "h2"]
+    edge, toward_h1 = fabric.host_port("h1")
+    hops = applier.hops("h1", "h2", 5201, 40000)
+    assert hops[-1] == ("h2", None) and hops[1][0] == edge
+    assert fabric.peer(edge, hops[1][1])[0] == "h2", "the port the edge switch sends it out of"
+    for path, ports in zip(reply["paths"], reply["ports"]):
+        assert len(ports) == len(path) - 1
+        assert all(fabric.peer(node, port)[0] == nxt
+                   for node, port, nxt in zip(path, ports, path[1:])), (path, ports)
     del applier.lookups[fabric.host_port("h1")[0]]
     assert applier.path("h1", "h16", 5201, 40000) is None, "a router without a lookup"
 
@@ -386,7 +394,7 @@ def test_a_host_with_several_nics_has_no_path_the_routers_can_tell():
 def test_the_openflow_plane_cannot_tell_a_flows_path():
     net = PLANES["openflow"]("fattree,k=4")
     assert net.service.handle({"op": "paths", "flows": [["h1", "h16", 1, 2]]}) == \
-        {"paths": [None]}
+        {"paths": [None], "ports": [None]}
 
 
 def test_pin_table_numbers_wrap_inside_their_range():
