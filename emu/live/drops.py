@@ -15,6 +15,11 @@ Drops anywhere else mean the machine, not the fabric, ran short:
   "Resource temporarily unavailable" and the packet is gone, while qdisc and
   port counters show nothing.  The count of those log lines is a lower bound.
 
+A link taken down on purpose (a failure, `emu.live.testbed.Testbed.set_links`)
+loses what its queue and its veth pair held at that moment, as a real link
+does: those drops are counted apart (``failed_link_drops``), as the failure's
+own loss, not the machine's.
+
 `read` takes a snapshot of the counters; `delta` gives what one testbed's
 lifetime added, which `emu.fidelity.assess` turns into warnings.
 """
@@ -25,7 +30,7 @@ import json
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional
 
 SOFTNET_STAT = Path("/proc/net/softnet_stat")
 VSWITCHD_LOG = Path("/var/log/openvswitch/ovs-vswitchd.log")
@@ -40,6 +45,7 @@ class Counters:
     time_squeezes: int = 0        # softirq out of budget with packets waiting
     vswitchd_hidden: int = 0      # ovs-vswitchd's "Resource temporarily unavailable"
     vswitchd_log_bytes: int = 0   # where the log ended when read
+    failed_link_drops: int = 0    # veth drops on links taken down: the failure's own loss
 
     def to_dict(self) -> dict:
         result = asdict(self)
@@ -59,18 +65,23 @@ def _json_of(command, pid: Optional[int]) -> list:
         return []
 
 
-def namespace_drops(pid: Optional[int]) -> tuple:
-    """(queue drops, veth drops) of one network namespace (``None``: this one)."""
+def namespace_drops(pid: Optional[int], failed: Collection[str] = ()) -> tuple:
+    """(queue drops, veth drops, veth drops on the ``failed`` interfaces) of one
+    network namespace (``None``: this one)."""
     queue = sum(int(q.get("drops", 0)) for q in _json_of(["tc", "-s", "-json", "qdisc", "show"],
                                                           pid) if q.get("root"))
-    veth = 0
+    veth = on_failed = 0
     for link in _json_of(["ip", "-s", "-json", "link", "show"], pid):
         if link.get("ifname") == "lo" or "link" not in link and "link_netnsid" not in link:
             continue
         stats = link.get("stats64") or {}
-        veth += int(stats.get("rx", {}).get("dropped", 0))
-        veth += int(stats.get("tx", {}).get("dropped", 0))
-    return queue, veth
+        dropped = int(stats.get("rx", {}).get("dropped", 0)) + \
+            int(stats.get("tx", {}).get("dropped", 0))
+        if link.get("ifname") in failed:
+            on_failed += dropped
+        else:
+            veth += dropped
+    return queue, veth, on_failed
 
 
 def softnet(path: Path = SOFTNET_STAT) -> tuple:
@@ -109,15 +120,17 @@ def log_size(path: Path = VSWITCHD_LOG) -> int:
 
 
 def read(namespaces: Iterable[Optional[int]], ovs: bool, log_since: int = 0,
-         softnet_path: Path = SOFTNET_STAT, vswitchd_log: Path = VSWITCHD_LOG) -> Counters:
-    """A snapshot of every counter, over the given namespaces (pids; None: the root)."""
-    queue = veth = 0
+         softnet_path: Path = SOFTNET_STAT, vswitchd_log: Path = VSWITCHD_LOG,
+         failed: Collection[str] = ()) -> Counters:
+    """A snapshot of every counter, over the given namespaces (pids; None: the
+    root); veth drops on the ``failed`` interfaces (of links taken down) apart."""
+    queue = veth = on_failed = 0
     for pid in namespaces:
-        q, v = namespace_drops(pid)
-        queue, veth = queue + q, veth + v
+        q, v, f = namespace_drops(pid, failed)
+        queue, veth, on_failed = queue + q, veth + v, on_failed + f
     dropped, squeezed = softnet(softnet_path)
     hidden, size = vswitchd_hidden_drops(log_since, vswitchd_log) if ovs else (0, 0)
-    return Counters(queue, veth, dropped, squeezed, hidden, size)
+    return Counters(queue, veth, dropped, squeezed, hidden, size, on_failed)
 
 
 def delta(before: Counters, after: Counters) -> Counters:
@@ -128,4 +141,5 @@ def delta(before: Counters, after: Counters) -> Counters:
                     softnet_drops=max(0, after.softnet_drops - before.softnet_drops),
                     time_squeezes=max(0, after.time_squeezes - before.time_squeezes),
                     vswitchd_hidden=after.vswitchd_hidden,
+                    failed_link_drops=max(0, after.failed_link_drops - before.failed_link_drops),
                     vswitchd_log_bytes=after.vswitchd_log_bytes)

@@ -28,7 +28,7 @@ import time
 from contextlib import ExitStack
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
@@ -150,6 +150,9 @@ class Testbed:
         self.controller: Optional[subprocess.Popen] = None
         self.dataplane: Optional[planes.DataPlane] = None
         self.warnings = []
+        # Interfaces of links taken down on purpose: what they drop is the
+        # failure's own loss (`emu.live.drops`), not the machine running short.
+        self.failed_interfaces: Set[str] = set()
         self._stack = ExitStack()
         self._old_sigterm = None
 
@@ -406,8 +409,10 @@ class Testbed:
             wanted.add(tuple(sorted((u, v))))
         started = time.monotonic()
         for u, v in sorted(wanted):
-            self.net.configLinkStatus(machine_name(self.fabric, u),
-                                      machine_name(self.fabric, v), "up" if up else "down")
+            names = machine_name(self.fabric, u), machine_name(self.fabric, v)
+            for link in self.net.linksBetween(*(self.net.get(name) for name in names)):
+                self.failed_interfaces |= {link.intf1.name, link.intf2.name}
+            self.net.configLinkStatus(*names, "up" if up else "down")
 
         def agreed():
             self.check_controller()
@@ -481,7 +486,7 @@ class Testbed:
         ovs_plane = self.dataplane.kind == planes.OVS
         pids = [node.pid for node in self.net.hosts + self.net.switches if node.inNamespace]
         return drops.read(pids + ([None] if ovs_plane else []), ovs=ovs_plane,
-                          log_since=log_since)
+                          log_since=log_since, failed=self.failed_interfaces)
 
     def flow_paths(self, flows) -> Tuple[Dict[str, List[str]], Dict[str, List[int]]]:
         """Flow id -> the nodes its data crosses now, as the data plane picks them

@@ -185,7 +185,9 @@ def _fidelity_section(result: dict) -> List[str]:
             ("CPU backlog (softnet)", plain(drops.get("softnet_drops"))),
             ("softirq out of budget (time squeezes, events)",
              plain(drops.get("time_squeezes"))),
-            ("ovs-vswitchd send failures (at least)", plain(drops.get("vswitchd_hidden")))])
+            ("ovs-vswitchd send failures (at least)", plain(drops.get("vswitchd_hidden"))),
+            ("links taken down, as they failed (the failure's own loss)",
+             plain(drops.get("failed_link_drops", 0)))])
     alone = fidelity.get("alone_flows") or []
     if alone:
         lines += ["", f"Flows that had their links to themselves "

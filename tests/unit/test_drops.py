@@ -31,7 +31,7 @@ def test_delta_counts_what_a_testbed_added():
                            vswitchd_hidden=3, vswitchd_log_bytes=100)
     assert drops.delta(before, after).to_dict() == {
         "queue_drops": 4, "veth_drops": 0, "softnet_drops": 2, "time_squeezes": 0,
-        "vswitchd_hidden": 3}
+        "vswitchd_hidden": 3, "failed_link_drops": 0}
 
 
 def test_drops_outside_the_emulated_queues_flag_a_saturated_run():
@@ -73,6 +73,18 @@ def test_namespace_drops_of_this_namespace_read_iproute2(monkeypatch):
         return replies[command[0]]
 
     monkeypatch.setattr(drops, "_json_of", fake)
-    assert drops.namespace_drops(42) == (4, 3), \
+    assert drops.namespace_drops(42) == (4, 3, 0), \
         "root qdiscs only (they hold their leaves' drops); veths only"
     assert seen == [("tc", 42), ("ip", 42)]
+    assert drops.namespace_drops(42, failed={"fes1-eth1"}) == (4, 0, 3), \
+        "a link taken down drops what it held: the failure's loss, counted apart"
+
+
+def test_drops_of_links_taken_down_do_not_flag_the_run():
+    failed = assess([], None, drops={"queue_drops": 10, "veth_drops": 0, "softnet_drops": 0,
+                                     "time_squeezes": 0, "vswitchd_hidden": 0,
+                                     "failed_link_drops": 59})
+    assert not failed["saturated"] and failed["drops"]["failed_link_drops"] == 59
+    before = drops.Counters(veth_drops=1)
+    after = drops.Counters(veth_drops=1, failed_link_drops=59)
+    assert drops.delta(before, after).failed_link_drops == 59
