@@ -75,20 +75,22 @@ def directed_links(path: Sequence[str], fabric: Optional[Fabric] = None,
 
 
 def fidelity_rows(fabric: Fabric, scale: Scale, flows, prefix: str = "",
-                  paths: Optional[Mapping[str, Sequence[str]]] = None,
-                  ports: Optional[Mapping[str, Sequence[int]]] = None) -> List[Dict]:
+                  paths: Optional[Mapping[int, Sequence[str]]] = None,
+                  ports: Optional[Mapping[int, Sequence[int]]] = None) -> List[Dict]:
     """One row per finished flow (`emu.live.replay.FlowResult`) for `assess`;
     ``prefix`` tells links of different testbeds apart (``"zcube:"``).  Where
     ``paths`` knows the nodes a flow's data crossed (the data plane's own ECMP
     choice), its links are those, each in its direction; otherwise every link
     of every shortest path between its hosts (any of them may have carried it).
-    ``ports`` (flow id -> each node's out port) tells parallel links apart."""
+    ``paths`` and ``ports`` are keyed by the flow's position in ``flows`` (flow
+    ids may repeat: one testbed can replay the same stream several times);
+    ``ports`` (each node's out port) tells parallel links apart."""
     rows = []
-    for flow in flows:
+    for index, flow in enumerate(flows):
         if flow.status != "ok":
             continue
-        path = (paths or {}).get(flow.id)
-        links = directed_links(path, fabric, (ports or {}).get(flow.id)) if path \
+        path = (paths or {}).get(index)
+        links = directed_links(path, fabric, (ports or {}).get(index)) if path \
             else path_links(fabric, flow.src, flow.dst)
         row = {"id": flow.id, "start": flow.start, "end": flow.end,
                "goodput_mbps": flow.goodput_mbps, "bytes": flow.bytes,

@@ -45,8 +45,10 @@ class Recorded:
     fabric: object
     scale: object
     flows: list
-    paths: Dict[str, List[str]] = field(default_factory=dict)   # flow id -> nodes
-    ports: Dict[str, List[int]] = field(default_factory=dict)   # flow id -> out ports
+    # By position in ``flows``: one testbed may replay the same flow ids more
+    # than once (pd-pairing's configurations, pd-failure's repeats).
+    paths: Dict[int, List[str]] = field(default_factory=dict)   # flow index -> nodes
+    ports: Dict[int, List[int]] = field(default_factory=dict)   # flow index -> out ports
 
 
 class TestbedSeries:
@@ -129,10 +131,14 @@ class TestbedSeries:
         if self._current is None:
             raise RuntimeError("record_flows() outside open()")
         flows = list(flows)
+        first = len(self._current.flows)
         self._current.flows.extend(flows)
         paths, ports = self._bed.flow_paths(flows)
-        self._current.paths.update(paths)
-        self._current.ports.update(ports)
+        for index, (path, out_ports) in enumerate(zip(paths, ports), start=first):
+            if path:
+                self._current.paths[index] = path
+            if out_ports:
+                self._current.ports[index] = out_ports
 
     def cpu_summary(self) -> Optional[dict]:
         """The testbeds' CPU samples as one `CpuSampler` summary: means weighted

@@ -488,21 +488,24 @@ class Testbed:
         return drops.read(pids + ([None] if ovs_plane else []), ovs=ovs_plane,
                           log_since=log_since, failed=self.failed_interfaces)
 
-    def flow_paths(self, flows) -> Tuple[Dict[str, List[str]], Dict[str, List[int]]]:
-        """Flow id -> the nodes its data crosses now, as the data plane picks them
-        (the kernel's multipath hash of the flow's ports), and flow id -> the
-        port each of those nodes sends it out of; flows it cannot tell (Open
-        vSwitch's select groups, unknown ports) are left out."""
-        known = [f for f in flows if f.status == "ok" and f.sport and f.dport]
+    def flow_paths(self, flows) -> Tuple[List[Optional[List[str]]], List[Optional[List[int]]]]:
+        """For each flow, in order: the nodes its data crosses now, as the data
+        plane picks them (the kernel's multipath hash of the flow's ports), and
+        the port each of those nodes sends it out of; None for a flow it cannot
+        tell (Open vSwitch's select groups, unknown ports)."""
+        flows = list(flows)
+        known = [i for i, f in enumerate(flows) if f.status == "ok" and f.sport and f.dport]
+        paths: List[Optional[List[str]]] = [None] * len(flows)
+        ports: List[Optional[List[int]]] = [None] * len(flows)
         if not known:
-            return {}, {}
+            return paths, ports
         self.check_controller()
-        reply = self.control.call("paths", flows=[[f.src, f.dst, f.sport, f.dport]
-                                                  for f in known])
-        told = [(f.id, path, ports) for f, path, ports in
-                zip(known, reply["paths"], reply.get("ports") or [None] * len(known)) if path]
-        return ({fid: path for fid, path, _ in told},
-                {fid: ports for fid, _, ports in told if ports})
+        reply = self.control.call("paths", flows=[[flows[i].src, flows[i].dst, flows[i].sport,
+                                                   flows[i].dport] for i in known])
+        told_ports = reply.get("ports") or [None] * len(known)
+        for i, path, out_ports in zip(known, reply["paths"], told_ports):
+            paths[i], ports[i] = path or None, out_ports or None
+        return paths, ports
 
     def counters(self) -> Dict[str, Dict[int, dict]]:
         """Every switch's port counters, from the controller (OpenFlow port stats):

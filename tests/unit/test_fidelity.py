@@ -101,7 +101,7 @@ def test_rows_take_the_path_the_data_plane_gave_each_flow():
     edge = fabric.host_port("h1")[0]
     path = ["h1", edge, "h2"]
     rows = fidelity_rows(fabric, scale, [result("a", "h1", "h2"), result("b", "h1", "h16")],
-                         paths={"a": path})
+                         paths={0: path})
     assert rows[0]["links"] == [f"h1->{edge}", f"{edge}->h2"] and rows[0]["path"] == path
     assert "path" not in rows[1] and rows[1]["links"] == path_links(fabric, "h1", "h16"), \
         "a flow without a known path keeps every shortest path's links"
@@ -121,8 +121,8 @@ def test_parallel_links_are_told_apart_by_the_port_a_flow_left_on():
     path = ["h1", tor, spine, far, "h7"]
     down = next(iter(fabric.graph.get_edge_data(spine, far).values()))["ports"][spine]
     rows = fidelity_rows(fabric, scale, [result("a", "h1", "h7"), result("b", "h2", "h8")],
-                         paths={"a": path, "b": ["h2", tor, spine, far, "h8"]},
-                         ports={"a": [0, uplinks[0], down, 0], "b": [0, uplinks[1], down, 0]})
+                         paths={0: path, 1: ["h2", tor, spine, far, "h8"]},
+                         ports={0: [0, uplinks[0], down, 0], 1: [0, uplinks[1], down, 0]})
     assert f"{tor}->{spine} (port {uplinks[0]})" in rows[0]["links"]
     assert f"{tor}->{spine} (port {uplinks[1]})" in rows[1]["links"]
     shared = {row["link"] for row in shared_links(rows)}
@@ -131,6 +131,19 @@ def test_parallel_links_are_told_apart_by_the_port_a_flow_left_on():
     assert f"{spine}->{far} (port {down})" in shared, shared
     assert directed_links(path) == [f"h1->{tor}", f"{tor}->{spine}", f"{spine}->{far}",
                                     f"{far}->h7"], "without the fabric, node pairs"
+
+
+def test_paths_follow_each_flow_even_when_ids_repeat():
+    """pd-pairing replays the same request ids once per configuration on one
+    testbed: each flow keeps its own path, not the last one with its id."""
+    fabric = registry.build("fattree,k=4")
+    scale = Scale.from_rates(400, 10)
+    edge1, edge3 = fabric.host_port("h1")[0], fabric.host_port("h3")[0]
+    first, again = result("r1", "h1", "h2"), result("r1", "h3", "h4")
+    rows = fidelity_rows(fabric, scale, [first, again],
+                         paths={0: ["h1", edge1, "h2"], 1: ["h3", edge3, "h4"]})
+    assert rows[0]["links"] == [f"h1->{edge1}", f"{edge1}->h2"]
+    assert rows[1]["links"] == [f"h3->{edge3}", f"{edge3}->h4"]
 
 
 def test_flows_that_met_on_a_link_are_listed_with_the_time_they_shared():
