@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
@@ -55,6 +56,9 @@ def list_scenarios() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    # A shell starts background jobs with SIGINT ignored, and Python then
+    # keeps it ignored: a run must still stop, and clean up, on SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.list:
         print(list_scenarios())
         return 0
