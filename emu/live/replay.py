@@ -383,10 +383,10 @@ class Replayer:
             fid = event["id"]
             if fid in self._moved:
                 return  # the cancelled client of a moved flow: its result is "moved"
-            try:
-                results[fid].fill(json.loads(Path(event["path"]).read_text()))
-            except (OSError, ValueError) as exc:
-                results[fid].status, results[fid].error = "failed", f"no result file: {exc}"
+            if "result" in event:
+                results[fid].fill(event["result"])
+            else:   # the client ended without one (it crashed, or was killed)
+                results[fid].status, results[fid].error = "failed", "the client gave no result"
                 results[fid].start = results[fid].end = time.time()
             done.add(fid)
             if self.on_done:
