@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, List, Optional, Protocol, Set
+from typing import Dict, FrozenSet, List, Optional, Protocol, Sequence, Set, Tuple
 
 from controllers.eps_core import EpsCore
 from controllers.intents import Batch, Intent, Reset, merge
@@ -166,11 +166,15 @@ class FabricService:
         return bool(ends & self.down_ports)
 
     def _change_link(self, u: str, v: str, up: bool) -> dict:
+        return self._change_links([(frozenset((u, v)), up)])
+
+    def _change_links(self, changes: List[Tuple[FrozenSet[str], bool]]) -> dict:
+        """Set each link up or down, then reroute once for all of them."""
         with self._reconfig_lock:
-            link = frozenset((u, v))
-            (self.eps.down_links.discard if up else self.eps.down_links.add)(link)
+            for link, up in changes:
+                (self.eps.down_links.discard if up else self.eps.down_links.add)(link)
             batch = self.eps.reroute()
-            dropped = [] if up else self.pins.crossing([link])
+            dropped = self.pins.crossing([link for link, up in changes if not up])
             for pin_id in dropped:
                 # A pinned pair over a dead link falls back to its destination route.
                 batch = merge(batch, self.pins.unpin(pin_id))
@@ -211,19 +215,34 @@ class FabricService:
         link's state reroutes as `do_link` does; other reports return None.
         Ports the fabric does not wire (OVS's LOCAL port) are ignored.
         """
-        wired = self.fabric.ports_of(switch)
-        if port_no not in wired:
-            return None
-        peer = wired[port_no][0]
-        link = frozenset((switch, peer))
+        return self.ports_changed([(switch, port_no, up)])
+
+    def ports_changed(self, reports: Sequence[Tuple[str, int, bool]]) -> Optional[dict]:
+        """Several port reports at once (`port_changed` each), rerouted once.
+
+        A switch that fails takes its links down one after another; the
+        reports that arrived meanwhile are handled together, so the fabric
+        is rerouted once for them, not once per link.
+        """
+        touched: Dict[FrozenSet[str], Tuple[str, str, int]] = {}
         with self._reconfig_lock:
-            (self.down_ports.discard if up else self.down_ports.add)((switch, port_no))
-            link_up = not self._ports_down(switch, peer) and link not in self.manual_down
-            if (link not in self.eps.down_links) == link_up:
-                return None
-        LOG.info("link %s-%s went %s (port %d of %s reported)", switch, peer,
-                 "up" if link_up else "down", port_no, switch)
-        return self._change_link(switch, peer, link_up)
+            for switch, port_no, up in reports:
+                wired = self.fabric.ports_of(switch)
+                if port_no not in wired:
+                    continue
+                peer = wired[port_no][0]
+                (self.down_ports.discard if up else self.down_ports.add)((switch, port_no))
+                touched[frozenset((switch, peer))] = (switch, peer, port_no)
+            flips = []
+            for link, (switch, peer, port_no) in touched.items():
+                link_up = not self._ports_down(switch, peer) and link not in self.manual_down
+                if (link not in self.eps.down_links) != link_up:
+                    flips.append((link, link_up))
+                    LOG.info("link %s-%s went %s (port %d of %s reported)", switch, peer,
+                             "up" if link_up else "down", port_no, switch)
+        if not flips:
+            return None
+        return self._change_links(flips)
 
     def handle(self, request: dict) -> dict:
         op = request.get("op")

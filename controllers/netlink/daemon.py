@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 import traceback
-from typing import Dict
+from typing import Dict, List, Tuple
 
 from controllers.control import ControlServer
 from controllers.netlink import namespaces
@@ -49,7 +49,7 @@ class KernelPlane:
             lambda pid: PatchSocket(namespaces.netlink_socket(pid)))
         self.lookup_socket = lookup_socket or (
             lambda pid: RouteLookup(namespaces.netlink_socket(pid)))
-        self.watcher = LinkWatcher(self.applier.port_of, self._port_changed)
+        self.watcher = LinkWatcher(self.applier.port_of, self._ports_changed)
         self._attached = threading.Lock()
 
     def handle(self, request: dict) -> dict:
@@ -88,10 +88,14 @@ class KernelPlane:
                 for port, index in self.applier.indexes[switch].items()}
 
     def _port_changed(self, switch: str, port: int, up: bool) -> None:
+        self._ports_changed([(switch, port, up)])
+
+    def _ports_changed(self, changes: List[Tuple[str, int, bool]]) -> None:
         try:
-            if up:
-                self.applier.port_up(switch, port)
-            self.service.port_changed(switch, port, up)
+            for switch, port, up in changes:
+                if up:
+                    self.applier.port_up(switch, port)
+            self.service.ports_changed(changes)
         except Exception:  # as the OpenFlow app: never leave a half-rerouted fabric
             traceback.print_exc()
             LOG.critical("rerouting after a link event failed; controller exits")

@@ -4,8 +4,11 @@ A link taken down from Mininet (both veth ends down) shows in the router's
 namespace as an RTM_NEWLINK message: the port's own end lost IFF_UP, or its
 peer's end did and the port lost carrier (IFF_LOWER_UP).  `LinkWatcher` reads
 the event sockets of every namespace in one thread and reports each change
-of a fabric port's state once, as ``on_change(switch, port, up)``: the same
-call the OpenFlow app makes on a port-status message.
+of a fabric port's state once, as ``(switch, port, up)``: what the OpenFlow
+app reports on a port-status message.  It reads every event that is waiting
+before it reports, and reports them together: a failing switch takes its
+links down one after another, and the controller reroutes once for all the
+changes that queued while it handled the last ones.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import logging
 import selectors
 import struct
 import threading
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 LOG = logging.getLogger("fabric.netlink.events")
 
@@ -26,7 +29,8 @@ IFINFO = struct.Struct("=BxHiII")             # family, type, index, flags, chan
 RTA_HEADER = struct.Struct("=HH")             # length, type
 IFLA_IFNAME = 3
 
-OnChange = Callable[[str, int, bool], None]
+Change = Tuple[str, int, bool]                # switch, port, up
+OnChanges = Callable[[List[Change]], None]
 
 
 def link_messages(data: bytes) -> Iterator[Tuple[str, int]]:
@@ -61,9 +65,9 @@ def is_up(flags: int) -> bool:
 class LinkWatcher:
     """Reads link events of many namespaces; reports fabric port changes once each."""
 
-    def __init__(self, port_of: Callable[[str, str], Optional[int]], on_change: OnChange):
+    def __init__(self, port_of: Callable[[str, str], Optional[int]], on_changes: OnChanges):
         self.port_of = port_of                     # (switch, ifname) -> port or None
-        self.on_change = on_change
+        self.on_changes = on_changes
         self._selector = selectors.DefaultSelector()
         self._state: Dict[Tuple[str, int], bool] = {}
         self._stop = threading.Event()
@@ -82,14 +86,22 @@ class LinkWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for key, _ in self._selector.select(timeout=0.2):
-                try:
-                    data = key.fileobj.recv(1 << 16)
-                except OSError:
-                    continue
-                self.handle(key.data, data)
+            changes: List[Change] = []
+            ready = self._selector.select(timeout=0.2)
+            while ready:
+                for key, _ in ready:
+                    try:
+                        data = key.fileobj.recv(1 << 16)
+                    except OSError:
+                        continue
+                    changes += self.handle(key.data, data)
+                ready = self._selector.select(timeout=0)    # what else is waiting
+            if changes:
+                self.on_changes(changes)
 
-    def handle(self, switch: str, data: bytes) -> None:
+    def handle(self, switch: str, data: bytes) -> List[Change]:
+        """The changes of fabric ports one datagram of a switch brings."""
+        changes = []
         for name, flags in link_messages(data):
             port = self.port_of(switch, name)
             if port is None:
@@ -99,7 +111,8 @@ class LinkWatcher:
                 continue
             self._state[(switch, port)] = up
             LOG.debug("%s port %d (%s) %s", switch, port, name, "up" if up else "down")
-            self.on_change(switch, port, up)
+            changes.append((switch, port, up))
+        return changes
 
     def stop(self) -> None:
         self._stop.set()

@@ -3,11 +3,13 @@ appliers: the routes, filters, neighbours and rules it writes must carry out the
 
 from __future__ import annotations
 
+import socket
 import struct
+import time
 
 import pytest
 from fake_kernel import FakeKernel, FakeLookup, FakeNetlinkError, trace
-from fakes import FakeNetwork, assert_delivered
+from fakes import FakeNetwork, RecordingApplier, assert_delivered
 
 from controllers.netlink import applier as netlink
 from controllers.netlink.applier import (GATEWAY, PROTO_FABRIC, RTNH_F_ONLINK,
@@ -185,6 +187,29 @@ def test_ports_going_down_one_after_another_while_a_route_is_written():
     assert sock.routes[(254, far)]["type"] == "blackhole", "no port left: a blackhole"
 
 
+def test_a_batch_learns_a_down_port_once_not_once_per_route():
+    fabric, kernel, applier, service = kernel_plane("fattree,k=4")
+    edge = fabric.host_port("h1")[0]
+    sock = kernel.sockets[edge]
+    far_hosts = [h for h in fabric.hosts if len(service.eps.table[edge][h]) == 2]
+    assert len(far_hosts) >= 8, far_hosts
+    first = service.eps.table[edge][far_hosts[0]][0]
+    kernel.set_down(edge, first)
+    looks = []
+    dump = sock.get_links
+    sock.get_links = lambda *indexes: looks.append(1) or dump(*indexes)
+    del sock.calls[:]
+    applier.apply({edge: [service.eps.route(edge, h, service.eps.table[edge][h])
+                          for h in far_hosts]})
+    assert len(looks) == 1, "the port's state is looked up once per batch"
+    writes = [call for call in sock.calls if call[:2] == ("route", "replace")]
+    assert len(writes) == len(far_hosts) + 1, "one refusal, then one write per route"
+    for host in far_hosts:
+        spec = sock.routes[(254, fabric.graph.nodes[host]["ip"])]
+        assert [h["oif"] for h in spec.get("multipath") or [spec]] == \
+            [applier.indexes[edge][p] for p in service.eps.table[edge][host] if p != first]
+
+
 def test_a_kernel_refusal_is_an_error_naming_the_switch_and_intent():
     fabric, kernel, applier, service = kernel_plane("hybrid,tors=3")
     with pytest.raises(NetlinkError, match=r"o1: Lightpath.*File exists"):
@@ -278,15 +303,60 @@ def test_link_messages_give_the_interface_and_its_flags():
 
 def test_the_watcher_reports_each_change_of_a_fabric_port_once():
     seen = []
-    watcher = LinkWatcher(lambda switch, name: {"fes1-eth2": 2}.get(name),
-                          lambda *change: seen.append(change))
+    watcher = LinkWatcher(lambda switch, name: {"fes1-eth2": 2}.get(name), seen.append)
     watcher._state[("s1", 2)] = True
-    watcher.handle("s1", newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP))     # no change
-    watcher.handle("s1", newlink("fes1-eth2", IFF_UP))                    # lost carrier
-    watcher.handle("s1", newlink("fes1-eth2", 0))                         # still down
-    watcher.handle("s1", newlink("lo", 0))                                # not a port
-    watcher.handle("s1", newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP))
-    assert seen == [("s1", 2, False), ("s1", 2, True)]
+    assert watcher.handle("s1", newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP)) == []
+    assert watcher.handle("s1", newlink("fes1-eth2", IFF_UP)) == [("s1", 2, False)]
+    assert watcher.handle("s1", newlink("fes1-eth2", 0)) == [], "still down"
+    assert watcher.handle("s1", newlink("lo", 0)) == [], "not a port"
+    assert watcher.handle("s1", newlink("fes1-eth2", IFF_UP | IFF_LOWER_UP)) == \
+        [("s1", 2, True)]
+    assert seen == [], "handle() reports nothing itself: the reading thread does"
+
+
+def test_the_watcher_reports_what_queued_in_every_namespace_together():
+    batches = []
+    ports = {"fes1-eth2": 2, "fes1-eth3": 3, "fes2-eth1": 1}
+    watcher = LinkWatcher(lambda switch, name: ports.get(name), batches.append)
+    ends = {}
+    for switch, names in (("s1", ["fes1-eth2", "fes1-eth3"]), ("s2", ["fes2-eth1"])):
+        reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ends[switch] = writer
+        watcher.watch(switch, reader, {ports[name]: True for name in names})
+    # Three datagrams wait in two namespaces' sockets before the thread looks.
+    ends["s1"].send(newlink("fes1-eth2", 0))
+    ends["s1"].send(newlink("fes1-eth3", IFF_UP))
+    ends["s2"].send(newlink("fes2-eth1", 0))
+    watcher.start()
+    try:
+        deadline = time.time() + 5
+        while not batches and time.time() < deadline:
+            time.sleep(0.01)
+    finally:
+        watcher.stop()
+        for writer in ends.values():
+            writer.close()
+    assert len(batches) == 1, batches
+    assert sorted(batches[0]) == [("s1", 2, False), ("s1", 3, False), ("s2", 1, False)]
+
+
+def test_port_reports_handled_together_reroute_once():
+    fabric = registry.build("fattree,k=4")
+    applier = RecordingApplier(fabric)
+    service = FabricService(fabric, applier)
+    for switch in fabric.switches:
+        service.start(switch)
+    edge = fabric.host_port("h1")[0]
+    uplinks = [p for p in fabric.ports_of(edge) if fabric.peer(edge, p)[0] not in fabric.hosts]
+    reports = [(edge, p, False) for p in uplinks]
+    reports += [(fabric.peer(edge, p)[0], fabric.peer(edge, p)[1], False) for p in uplinks]
+    reply = service.ports_changed(reports)
+    assert len(applier.batches) == 1, "one reroute for every link the reports took down"
+    assert service.state()["down_links"] == sorted(
+        sorted([edge, fabric.peer(edge, p)[0]]) for p in uplinks)
+    assert reply["changed_switches"]
+    assert service.ports_changed(reports) is None, "nothing changed: no reroute"
+    assert len(applier.batches) == 1
 
 
 def fake_kernel_plane(fabric, kernel) -> KernelPlane:
