@@ -16,7 +16,12 @@ Steps, each confirmed by the applier (OpenFlow: barriers) before the next begins
 3. keep the affected ports dark for the injected delay.  The data plane
    applies a change somewhere between sending it and its confirmation, so
    the dark time is counted from the middle of the tear round, which holds
-   the tear alone to keep that window short;
+   the tear alone to keep that window short.  An applier that knows more
+   tightly when the data plane took a batch says so (``apply`` returns that
+   window: the kernel takes a netlink request inside the write that sends
+   it) and the middle of that window is used instead: a thread preempted
+   for milliseconds before its write would otherwise start the count before
+   the circuit went dark, and cut the darkness short by half the stall;
 4. light the new circuits, and confirm the datapath applied it.  Lighting
    takes time (flow-mods, barrier, datapath flush), so it is started
    ``light_lead_s`` early: half the lighting round the caller measured
@@ -33,13 +38,16 @@ laid over packet captures.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from controllers.eps_core import EpsCore
 from controllers.intents import Batch
 from controllers.ocs_core import OcsCore, ReconfigPlan
 
-Apply = Callable[[Batch], None]
+Window = Tuple[float, float]
+# Carries a batch out; returns when the data plane took it, if it knows that
+# more tightly than the call's own span (else None).
+Apply = Callable[[Batch], Optional[Window]]
 
 
 def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
@@ -60,8 +68,9 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
 
     repoint = eps.reroute(interim, fill_missing_from=eps.routes_for(target))
     stamps["tear_sent"] = clock()
+    tear_taken = None
     if plan.tear:
-        apply({ocs.name: ocs.tear(plan)})
+        tear_taken = apply({ocs.name: ocs.tear(plan)})
         sync()
     stamps["torn"] = clock()
     # Only now: a repointed route must meet a dark port, not an old circuit that
@@ -71,21 +80,26 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     stamps["repointed"] = clock()
 
     lead = min(max(light_lead_s, 0.0), plan.delay_emulated_s)
-    dark_from = (stamps["tear_sent"] + stamps["torn"]) / 2
+    dark_from = _middle(tear_taken or (stamps["tear_sent"], stamps["torn"]))
     wait_until(dark_from + plan.delay_emulated_s - lead)
     stamps["dark_end"] = clock()
 
+    light_taken = None
     if plan.light:
-        apply({ocs.name: ocs.light(plan)})
+        light_taken = apply({ocs.name: ocs.light(plan)})
         sync()
     stamps["lit"] = clock()
     ocs.commit(plan)
 
     apply(eps.reroute())
     stamps["routes_restored"] = clock()
-    return {"plan": plan.to_dict(), "timestamps": stamps, "light_lead_s": lead,
-            "light_latency_s": stamps["lit"] - stamps["dark_end"],
-            "dark_s": (stamps["dark_end"] + stamps["lit"]) / 2 - dark_from}
+    return {"plan": plan.to_dict(), "timestamps": stamps, "dark_from": dark_from,
+            "light_lead_s": lead, "light_latency_s": stamps["lit"] - stamps["dark_end"],
+            "dark_s": _middle(light_taken or (stamps["dark_end"], stamps["lit"])) - dark_from}
+
+
+def _middle(window: Window) -> float:
+    return (window[0] + window[1]) / 2
 
 
 def _wait_until(deadline: float) -> None:

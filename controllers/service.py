@@ -6,7 +6,10 @@ state and the reconfiguration lock, and answers the control channel
 (`controllers.intents`) handed to its *applier*, which carries it out on one
 data plane and returns once the switches confirmed it.  An applier provides::
 
-    apply(batch)      carry out {switch: [intents]}; return once confirmed
+    apply(batch)      carry out {switch: [intents]}; return once confirmed, with
+                      (first, last): the epoch times within which the data plane
+                      took the batch, where the applier knows them more tightly
+                      than the call's own span (else None)
     sync()            confirm the data plane itself took the last batch
     status()          {"connected": [...], "ready_switches": [...], "errors": [...]}
     counters()        {switch: {port: {"tx_bytes": ..., ...}}}
@@ -37,7 +40,7 @@ OPS = ("status", "state", "reconfigure", "preset", "link", "pin", "unpin", "coun
 
 
 class Applier(Protocol):
-    def apply(self, batch: Batch) -> None: ...
+    def apply(self, batch: Batch) -> Optional[Tuple[float, float]]: ...
 
     def sync(self) -> None: ...
 
@@ -73,8 +76,8 @@ class FabricService:
                 self.pins.switch_start(switch)
         return [Reset(switch)] + self.ocs[switch].switch_start()
 
-    def apply(self, batch: Batch) -> None:
-        self.applier.apply(batch)
+    def apply(self, batch: Batch) -> Optional[Tuple[float, float]]:
+        return self.applier.apply(batch)
 
     # ------------------------------------------------------------ control requests
     def status(self) -> dict:

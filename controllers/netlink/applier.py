@@ -120,12 +120,18 @@ class NetlinkApplier:
         return None
 
     # ------------------------------------------------------------ applying
-    def apply(self, batch: Batch) -> None:
+    def apply(self, batch: Batch) -> Optional[Tuple[float, float]]:
         """Carry out each switch's intents in order; every call returns once the
-        kernel acknowledged it (or raised its error)."""
+        kernel acknowledged it (or raised its error).
+
+        Returns when the kernel took the batch's circuit changes, where the
+        patch panel's fast path timed them: the epoch times just before the
+        first was written and just after the last (None: no circuit changed
+        that way)."""
         for switch in batch:
             if switch not in self.sockets:
                 raise NetlinkError(f"{switch} has no namespace attached")
+        written: List[Tuple[float, float]] = []
         for switch, intents in batch.items():
             # Ports the kernel refused a next hop on during this call: a switch
             # whose links are going down refuses every route over them, and
@@ -135,18 +141,22 @@ class NetlinkApplier:
             with self._locks[switch]:
                 for intent in intents:
                     try:
-                        self._apply_one(switch, intent, down)
+                        self._apply_one(switch, intent, down, written)
                     except NetlinkError:
                         raise
                     except Exception as exc:   # pyroute2's NetlinkError, OSError...
                         message = f"{switch}: {intent}: {type(exc).__name__}: {exc}"
                         self.errors.append(message)
                         raise NetlinkError(message) from exc
+        if not written:
+            return None
+        return min(before for before, _ in written), max(after for _, after in written)
 
     def sync(self) -> None:
         """Nothing to wait for: a netlink acknowledgement means the kernel applied it."""
 
-    def _apply_one(self, switch: str, intent: Intent, down: Set[int]) -> None:
+    def _apply_one(self, switch: str, intent: Intent, down: Set[int],
+                   written: List[Tuple[float, float]]) -> None:
         sock = self.sockets[switch]
         if isinstance(intent, Reset):
             if self.fabric.kind(switch) == OCS:
@@ -161,9 +171,10 @@ class NetlinkApplier:
                 index = self.indexes[switch][port]
                 if patch is not None:
                     if intent.lit:
-                        patch.light(index, self.indexes[switch][peer], PATCH_PRIO)
+                        written.append(patch.light(index, self.indexes[switch][peer],
+                                                   PATCH_PRIO))
                     else:
-                        patch.dark(index, PATCH_PRIO)
+                        written.append(patch.dark(index, PATCH_PRIO))
                 elif intent.lit:
                     sock.tc("add-filter", "u32", index, parent=INGRESS_PARENT,
                             protocol=ETH_P_ALL, prio=PATCH_PRIO, target=PATCH_CLASS,

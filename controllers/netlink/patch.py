@@ -8,7 +8,9 @@ socket of the OCS's namespace that is kept open, and the request bytes
 written here (pyroute2's general request path costs about a millisecond a
 call; this one, the kernel's own time, tens of microseconds).  Each request
 asks for an acknowledgement, and returns only once it came: the filter is in
-effect (or gone) when `light` or `dark` returns.
+effect (or gone) when `light` or `dark` returns.  Both return when the
+kernel took the change: the epoch times just before and after the request
+was written (`controllers.netlink.wire.Channel.request`).
 
 The messages (``include/uapi/linux/rtnetlink.h``, ``pkt_cls.h``,
 ``tc_act/tc_mirred.h``)::
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from typing import List, Tuple
 
 from controllers.netlink.wire import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST,
                                       Channel, attr, message)
@@ -87,11 +90,15 @@ class PatchSocket:
     def __init__(self, sock: socket.socket):
         self.channel = Channel(sock, PatchError)
 
-    def light(self, ifindex: int, peer: int, prio: int = 1) -> None:
-        self.channel.request(lambda seq: filter_add(seq, ifindex, peer, prio))
+    def light(self, ifindex: int, peer: int, prio: int = 1) -> Tuple[float, float]:
+        written: List[Tuple[float, float]] = []
+        self.channel.request(lambda seq: filter_add(seq, ifindex, peer, prio), written)
+        return written[0]
 
-    def dark(self, ifindex: int, prio: int = 1) -> None:
-        self.channel.request(lambda seq: filter_delete(seq, ifindex, prio))
+    def dark(self, ifindex: int, prio: int = 1) -> Tuple[float, float]:
+        written: List[Tuple[float, float]] = []
+        self.channel.request(lambda seq: filter_delete(seq, ifindex, prio), written)
+        return written[0]
 
     def close(self) -> None:
         self.channel.close()

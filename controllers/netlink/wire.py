@@ -14,7 +14,8 @@ import os
 import socket
 import struct
 import threading
-from typing import Callable, Optional, Type
+import time
+from typing import Callable, List, Optional, Tuple, Type
 
 NLMSG_ERROR = 2
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
@@ -42,14 +43,27 @@ class Channel:
         self._seq = 0
         self._lock = threading.Lock()
 
-    def request(self, build: Callable[[int], bytes]) -> Optional[bytes]:
+    def request(self, build: Callable[[int], bytes],
+                written: Optional[List[Tuple[float, float]]] = None) -> Optional[bytes]:
         """Send ``build(seq)``; return the first reply message to it (header
         included), or None for a plain acknowledgement; raise ``error`` with
-        the kernel's errno if it refused."""
+        the kernel's errno if it refused.
+
+        With a ``written`` list, append to it the epoch times just before and
+        just after the request was written.  The kernel carries an rtnetlink
+        request out inside that write, so the change took effect between the
+        two: a bound microseconds wide, where the whole call also holds
+        building the bytes, reading the answer and whatever preempted this
+        thread in between (a reconfiguration's dark time is counted from it).
+        """
         with self._lock:
             self._seq += 1
             seq = self._seq
-            self.sock.send(build(seq))
+            data = build(seq)
+            before = time.time()
+            self.sock.send(data)
+            if written is not None:
+                written.append((before, time.time()))
             while True:
                 data = self.sock.recv(1 << 16)
                 offset = 0

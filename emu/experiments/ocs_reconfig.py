@@ -168,6 +168,9 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
             "probes_lost_count": lost.lost if lost else None,
             "arrival_gap_ms": gap.duration_s * 1000 if gap else None,
             "controller_dark_ms": result["dark_s"] * 1000,
+            # How long the controller's tear took, from its first message to the
+            # data plane's confirmation: the uncertainty on where darkness began.
+            "tear_round_ms": (stamps["torn"] - stamps["tear_sent"]) * 1000,
             "recovery_ms": recovery * 1000 if recovery is not None else None,
             "goodput_before_mbps": before_mbps,
             "goodput_after_mbps": after_mbps,

@@ -109,6 +109,37 @@ def test_a_reconfiguration_tears_and_lights_filters_and_moves_routes():
                 assert delivered and not failures, f"{src} -> {dst}: {failures}"
 
 
+class TimedPatch:
+    """A patch panel's fast path whose every change reports a later window."""
+
+    def __init__(self, start: float):
+        self.clock, self.changes = start, []
+
+    def _taken(self, *change):
+        self.changes.append(change)
+        self.clock += 1.0
+        return self.clock, self.clock + 0.5
+
+    def light(self, index, peer, prio):
+        return self._taken("light", index, peer)
+
+    def dark(self, index, prio):
+        return self._taken("dark", index)
+
+
+def test_a_circuit_batch_returns_when_the_kernel_took_its_first_and_last_change():
+    fabric, kernel, applier, service = kernel_plane("hybrid,tors=4,hosts_per_tor=1")
+    panel = TimedPatch(start=100.0)
+    applier.patches["o1"] = panel
+    core = service.ocs["o1"]
+    plan = core.plan([(2, 3), (4, 5), (1, 7), (6, 8)])
+    assert len(plan.tear) == 2
+    assert applier.apply({"o1": core.tear(plan)}) == (101.0, 104.5), \
+        "two circuits, four ports: from the first write's start to the last one's end"
+    assert [c[0] for c in panel.changes] == ["dark"] * 4
+    assert applier.apply(service.eps.reroute()) is None, "routes are not timed that way"
+
+
 def test_pins_become_a_rule_and_a_table_route_per_switch():
     fabric, kernel, _, service = kernel_plane(fastlane.rail_fabric_spec(16, 2))
     src, dst = fabric.hosts[0], fabric.hosts[-1]

@@ -2,6 +2,7 @@
 
 import socket
 import struct
+import time
 
 import pytest
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
@@ -75,6 +76,27 @@ def test_a_request_returns_once_its_own_acknowledgement_came():
     assert kinds == [patch.RTM_NEWTFILTER, patch.RTM_DELTFILTER] and seqs == [1, 2]
     with pytest.raises(patch.PatchError, match="File exists"):
         patch.PatchSocket(Loopback(code=17)).light(3, 4)
+
+
+class SlowAnswer(Loopback):
+    """A kernel that takes each request as it is written and answers 50 ms later."""
+
+    def send(self, data):
+        self.written_at = time.time()
+        super().send(data)
+
+    def recv(self, size):
+        time.sleep(0.05)
+        return super().recv(size)
+
+
+def test_a_change_is_timed_by_its_write_not_by_the_wait_for_its_answer():
+    sock = SlowAnswer()
+    panel = patch.PatchSocket(sock)
+    for change in (lambda: panel.light(3, 4), lambda: panel.dark(3)):
+        before, after = change()
+        assert before <= sock.written_at <= after
+        assert after - before < 0.025, "the wait for the acknowledgement is not when it took it"
 
 
 class RouteReplies(Loopback):

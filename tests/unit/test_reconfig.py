@@ -183,6 +183,30 @@ def test_reconfigure_core_with_injected_clock_and_lead():
     assert capped["light_lead_s"] == pytest.approx(0.006), "the lead never exceeds the delay"
 
 
+def test_the_dark_time_counts_from_when_the_data_plane_says_it_took_the_tear():
+    """An applier that times its changes more tightly than the round (the kernel's
+    netlink write) sets where the dark time starts and ends: a thread stalled
+    before its write must not start the count before the circuit went dark."""
+    fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
+    svc = FabricService(fabric, RecordingApplier(fabric))
+    core = svc.ocs["o1"]
+    core.set_technology("custom", 3.0)
+    ticks = iter(range(100))
+    # The OCS rounds' windows: the tear was taken at the very end of its round
+    # (stamped 2 .. 3), the light just after the wait ended (stamped 4 .. 5).
+    taken = [(2.90, 2.92), (4.10, 4.30)]
+    waits = []
+    result = reconfigure(svc.eps, core, core.plan(PARTIAL),
+                         lambda batch: taken.pop(0) if list(batch) == ["o1"] else None,
+                         clock=lambda: float(next(ticks)), wait_until=waits.append)
+    stamps = result["timestamps"]
+    assert (stamps["tear_sent"], stamps["torn"]) == (2.0, 3.0)
+    assert result["dark_from"] == pytest.approx(2.91), "the middle of the taken window"
+    assert waits == [pytest.approx(2.91 + 0.003)], "not from 2.5, the middle of the round"
+    assert result["dark_s"] == pytest.approx(4.20 - 2.91), "to the middle of the light's window"
+    assert taken == []
+
+
 # ---------------------------------------------------------------- ordering
 def test_messages_go_moves_then_tear_and_repoint_then_light_then_restore(ring4):
     custom(ring4, PARTIAL)
