@@ -42,6 +42,28 @@ def parse_args(argv):
     return args
 
 
+def on_stop_signals(stop) -> None:
+    """Call ``stop(signum, frame)`` on SIGTERM and SIGINT in this process only.
+
+    pyroute2 forks a short-lived helper per namespace it opens a socket in, and
+    stops it with SIGTERM.  A forked child inherits Python's handlers: without
+    this guard each helper ran ``stop`` and wrote "signal 15: stopping" into the
+    controller's log while the controller itself went on.  A child dies of the
+    signal as if no handler were installed.
+    """
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stop(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
 def run_openflow(args) -> int:
     from controllers.openflow.app import LaunchSettings
     from controllers.openflow.compat import FRAMEWORK, app_manager, cfg
@@ -64,8 +86,7 @@ def run_openflow(args) -> int:
             logging.shutdown()
             os._exit(0)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    on_stop_signals(stop)
     logging.getLogger("fabric.launcher").info("%s controller on %s:%d", FRAMEWORK, LOOPBACK,
                                               args.ofp_port)
     app_manager.AppManager.run_apps(["controllers.openflow.app"])
@@ -81,8 +102,7 @@ def run_netlink(args) -> int:
         logging.getLogger("fabric.launcher").info("signal %d: stopping", signum)
         stopping.set()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    on_stop_signals(stop)
     logging.getLogger("fabric.launcher").info("netlink controller (kernel data plane)")
     serve(args.fabric, args.socket, args.tdf, stopping)
     logging.shutdown()

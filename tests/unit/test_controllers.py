@@ -4,6 +4,8 @@ datapaths, the OpenFlow applier's translation, and a smoke test of the os-ken sh
 import json
 import os
 import queue
+import subprocess
+import sys
 
 import pytest
 from fakes import FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode
@@ -474,6 +476,36 @@ def test_app_builds_its_service_from_the_launch_settings(tmp_path, monkeypatch):
     finally:
         controller.close()
     assert not socket_path.exists(), "close() must remove the control socket"
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STOP_SIGNALS_SCRIPT = """
+import os, signal, sys, time
+from controllers import launcher
+launcher.on_stop_signals(lambda signum, frame: print("stop", os.getpid(), signum, flush=True))
+child = os.fork()
+if child == 0:
+    for _ in range(500):        # a helper that lives until it is stopped
+        time.sleep(0.01)
+    os._exit(0)
+time.sleep(0.2)
+os.kill(child, signal.SIGTERM)
+_, status = os.waitpid(child, 0)
+print("child", os.WIFSIGNALED(status) and os.WTERMSIG(status), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+print("parent", os.getpid(), flush=True)
+"""
+
+
+def test_a_forked_helper_dies_of_sigterm_and_only_the_controller_stops():
+    done = subprocess.run([sys.executable, "-c", STOP_SIGNALS_SCRIPT], capture_output=True,
+                          text=True, timeout=30,
+                          cwd=REPO_ROOT)
+    lines = done.stdout.split()
+    assert done.returncode == 0, done.stderr
+    parent = lines[-1]
+    assert lines == ["child", "15", "stop", parent, "15", "parent", parent], \
+        "the helper died of the signal without calling stop; the controller called it once"
 
 
 def test_launcher_arguments():
