@@ -95,6 +95,7 @@ def fidelity_rows(fabric: Fabric, scale: Scale, flows, prefix: str = "",
         row = {"id": flow.id, "start": flow.start, "end": flow.end,
                "goodput_mbps": flow.goodput_mbps, "bytes": flow.bytes,
                "retransmits": flow.retransmits,
+               "connection": _connection(flow),
                "cap_mbps": path_cap_mbps(fabric, scale, flow.src, flow.dst),
                "links": [prefix + link for link in links]}
         if path:
@@ -103,12 +104,29 @@ def fidelity_rows(fabric: Fabric, scale: Scale, flows, prefix: str = "",
     return rows
 
 
+def _connection(flow) -> Optional[str]:
+    """The TCP connection that carried a flow, where its ports are known: flows a
+    kept connection carries one after another queue behind each other on it,
+    they never compete for a link."""
+    if not (getattr(flow, "sport", 0) and getattr(flow, "dport", 0)):
+        return None
+    return f"{flow.src}:{flow.sport}->{flow.dst}:{flow.dport}"
+
+
+def _compete(a: Mapping, b: Mapping) -> bool:
+    """Whether two flows ran at once on separate connections (the ECMP hash
+    placed them; one connection's flows queue on it whatever the hash)."""
+    same = a.get("connection") is not None and a.get("connection") == b.get("connection")
+    return not same and a["start"] < b["end"] and b["start"] < a["end"]
+
+
 def shared_links(flows: Sequence[Mapping], limit: int = 50) -> List[dict]:
     """Links that carried two or more flows at once, among flows whose actual
     path is known (``path`` in the row): with flow-hashed multipath, two flows
     may meet on one link, which slows both, and that is the fabric's behaviour,
-    not the emulator's.  One row per link, the longest shared time first:
-    ``{"link", "flows", "overlap_s"}``."""
+    not the emulator's.  Flows of one ``connection`` (a kept connection's
+    consecutive flows) do not count.  One row per link, the longest shared
+    time first: ``{"link", "flows", "overlap_s"}``."""
     users = defaultdict(list)
     for flow in flows:
         if flow.get("path"):
@@ -120,7 +138,7 @@ def shared_links(flows: Sequence[Mapping], limit: int = 50) -> List[dict]:
         for i, a in enumerate(on_link):
             for b in on_link[i + 1:]:
                 common = min(a["end"], b["end"]) - max(a["start"], b["start"])
-                if common > 0:
+                if _compete(a, b):
                     overlap += common
                     sharing |= {a["id"], b["id"]}
         if sharing:
@@ -161,7 +179,8 @@ def _alone(flows: Sequence[Mapping]) -> List[bool]:
         others = {other for link in set(flow["links"]) for other in users[link]
                   if other != index}
         # Strict inequalities: a flow that starts as another ends did not
-        # share the link with it.
+        # share the link with it.  A kept connection's next flow that queued
+        # behind the one before it did share it, with that one.
         overlapping = [other for other in others
                        if flows[other]["start"] < flow["end"]
                        and flows[other]["end"] > flow["start"]]

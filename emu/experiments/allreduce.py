@@ -2,8 +2,15 @@
 
 Completion time is from the first flow's start to the last flow's end, as
 the receivers saw them.  The ideal is 2(N-1)/N x S/B with B the emulated
-host link rate (alpha = 0), so the ratio shows what the emulation (TCP,
-iperf3 start-up, the datapath) adds.
+host link rate (alpha = 0), so the ratio shows what the emulation (TCP, the
+transport, the datapath) adds.
+
+Two transports: ``persistent`` (the default) keeps one TCP connection per
+pair of neighbours and sends each chunk the moment the one it forwards has
+arrived, as a collective library's socket transport does
+(`emu.live.peer_replay`); ``iperf3`` runs an iperf3 session per chunk
+(`emu.live.replay`), whose set-up, result exchange and hand-over through
+the runner add 20-50 ms to every step.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric, scale_for
 from emu.schema import Field
 from traffic.flows import allreduce_ideal_s, ring_allreduce
+from emu.live.peer_replay import PeerReplayer
 from emu.live.replay import Replayer
 
 SECTION = "allreduce"
@@ -19,6 +27,9 @@ FIELDS = {
     "hosts": Field(int, 8, "ring size N (the first N hosts of the fabric)", minimum=2),
     "bytes_real": Field(float, 1e9, "all-reduce size S in real bytes", minimum=1.0),
     "ring": Field(list, [], "explicit ring order (host names); empty = h1..hN", item=str),
+    "transport": Field(str, "persistent", "persistent: one kept TCP connection per neighbour, "
+                       "a chunk sent as soon as the one it forwards arrived; iperf3: an "
+                       "iperf3 session per chunk", choices=["persistent", "iperf3"]),
 }
 
 
@@ -50,10 +61,15 @@ def run(ctx: Context) -> Outcome:
     total = ctx.scale.emu_bytes(ctx.settings["bytes_real"])
     rate_mbps = ctx.scenario.config["scale"]["link_mbps"]
     dag = ring_allreduce(hosts, total)
+    transport = ctx.settings["transport"]
     ctx.log(f"ring all-reduce of {total / 1e6:.2f} MB over {n} hosts "
-            f"({len(dag.flows)} flows, {2 * (n - 1)} steps) at {rate_mbps:g} Mbit/s")
-    replayer = Replayer(ctx.bed, dag, rate_mbps, ctx.run_dir / "flows",
-                        progress=ctx.progress("all-reduce flows"))
+            f"({len(dag.flows)} flows, {2 * (n - 1)} steps) at {rate_mbps:g} Mbit/s, "
+            f"{transport} transport")
+    progress = ctx.progress("all-reduce flows")
+    if transport == "persistent":
+        replayer = PeerReplayer(ctx.bed, dag, rate_mbps, progress=progress)
+    else:
+        replayer = Replayer(ctx.bed, dag, rate_mbps, ctx.run_dir / "flows", progress=progress)
     flows = replayer.run()
 
     ok = [f for f in flows if f.status == "ok"]

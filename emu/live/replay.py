@@ -78,14 +78,14 @@ class FlowResult:
         self.status = "ok"
 
 
-class HostAgent:
-    """The ``emu.live.host_agent`` process of one host, and its event stream."""
+class AgentProcess:
+    """A per-host agent process that takes JSON-line commands on stdin and
+    reports JSON-line events on stdout, first ``{"event": "ready"}``; every
+    other event goes to ``events``, and ``agent-exit`` when its output ends."""
 
-    def __init__(self, bed, host: str, results_dir: Path, events: "queue.Queue"):
+    def __init__(self, bed, host: str, args: List[str], what: str, events: "queue.Queue"):
         self.host = host
-        self.proc = bed.popen(host, [sys.executable, "-m", "emu.live.host_agent", "--results",
-                                     str(results_dir)], f"host agent {host}",
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = bed.popen(host, args, what, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
         self.ready = threading.Event()
         threading.Thread(target=self._pump, args=(events,), daemon=True).start()
@@ -111,6 +111,14 @@ class HostAgent:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+
+
+class HostAgent(AgentProcess):
+    """The ``emu.live.host_agent`` process of one host: armed iperf3 clients."""
+
+    def __init__(self, bed, host: str, results_dir: Path, events: "queue.Queue"):
+        super().__init__(bed, host, [sys.executable, "-m", "emu.live.host_agent", "--results",
+                                     str(results_dir)], f"host agent {host}", events)
 
 
 def start_server(bed, host: str, ip: str, port: int, name: str, on_ready) -> subprocess.Popen:

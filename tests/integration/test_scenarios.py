@@ -64,6 +64,7 @@ def test_allreduce_end_to_end(tmp_path, dataplane):
     done = run_cli("allreduce", "--out", str(tmp_path), "--set", "bytes_real=2e8",
                    "--set", "hosts=4", "--set", f"dataplane={dataplane}")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "persistent transport" in done.stdout, done.stdout
     result = _assert_results_folder(only_run(tmp_path), dataplane)
     metrics = result["metrics"]
     assert metrics["hosts_count"] == 4

@@ -133,6 +133,25 @@ def test_parallel_links_are_told_apart_by_the_port_a_flow_left_on():
                                     f"{far}->h7"], "without the fabric, node pairs"
 
 
+def test_consecutive_flows_of_one_kept_connection_do_not_share_their_links():
+    """The persistent transport writes a ring's next chunk while the last one's
+    tail is still in flight: on one connection they queue, they do not compete."""
+    fabric = registry.build("fattree,k=4")
+    scale = Scale.from_rates(400, 10)
+    path = ["h1", "s7", "h2"]
+    flows = [result("s0", "h1", "h2"), result("s1", "h1", "h2"), result("other", "h1", "h2")]
+    for flow, sport in zip(flows, (40000, 40000, 40001)):
+        flow.sport, flow.dport = sport, 5600
+    flows[1].start, flows[1].end = 1.9, 3.0         # overlaps s0's last 0.1 s
+    flows[2].start, flows[2].end = 2.95, 3.5
+    rows = fidelity_rows(fabric, scale, flows, paths={i: path for i in range(3)})
+    assert rows[0]["connection"] == rows[1]["connection"] == "h1:40000->h2:5600"
+    shared = shared_links(rows)
+    assert {row["link"] for row in shared} == {"h1->s7", "s7->h2"}
+    assert all(row["flows"] == ["other", "s1"] for row in shared), shared
+    assert all(row["overlap_s"] == pytest.approx(0.05) for row in shared), shared
+
+
 def test_paths_follow_each_flow_even_when_ids_repeat():
     """pd-pairing replays the same request ids once per configuration on one
     testbed: each flow keeps its own path, not the last one with its id."""

@@ -8,48 +8,18 @@ clients, dependencies, gates and callbacks are all exercised for real.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import networkx as nx
 import pytest
+from loopback_bed import LoopbackBed, owned_processes  # noqa: F401  (an autouse fixture)
 
-from emu.live import state
 from traffic.flows import Flow, FlowDag
 from emu.live import replay
 from emu.live.replay import BASE_PORT, Replayer
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
-REPO = Path(__file__).resolve().parents[2]
-
-
-class LoopbackBed:
-    def __init__(self, hosts):
-        graph = nx.Graph()
-        for index, host in enumerate(hosts, start=2):
-            graph.add_node(host, ip=f"127.0.0.{index}")
-        self.fabric = SimpleNamespace(graph=graph)
-        self.congestion = "cubic"
-
-    def popen(self, host, args, what, **kwargs):
-        proc = subprocess.Popen(args, cwd=REPO, **kwargs)
-        state.record_pid(proc.pid, what)
-        return proc
-
-    def check_controller(self):
-        pass
-
-
-@pytest.fixture(autouse=True)
-def run_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(state, "RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(state, "OWNED_PATH", str(tmp_path / "run" / "owned.jsonl"))
-    yield
-    state.kill_owned()
-
-
 def test_dag_order_bytes_and_receiver_side_end(tmp_path):
     bed = LoopbackBed(["a", "b", "c"])
     dag = FlowDag([Flow("f1", "a", "b", 200_000),

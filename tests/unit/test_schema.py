@@ -80,7 +80,7 @@ def test_builtin_allreduce_resolves_values_and_defaults():
     loaded = scenario.load("allreduce")
     assert loaded.config["fabric"]["spec"] == "fattree,k=4,gbps=400"
     assert loaded.config["scale"] == {"link_mbps": 10.0, "tdf": 400.0}
-    assert loaded.section == {"hosts": 8, "bytes_real": 1e9, "ring": []}
+    assert loaded.section == {"hosts": 8, "bytes_real": 1e9, "ring": [], "transport": "persistent"}
     assert loaded.config["fidelity"] == {"saturation_pct": 90.0, "softirq_pct": 50.0,
                                          "goodput_floor": 0.9}, \
         "a section the file leaves out gets its defaults"
