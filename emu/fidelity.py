@@ -108,7 +108,7 @@ def _connection(flow) -> Optional[str]:
     """The TCP connection that carried a flow, where its ports are known: flows a
     kept connection carries one after another queue behind each other on it,
     they never compete for a link."""
-    if not (getattr(flow, "sport", 0) and getattr(flow, "dport", 0)):
+    if not (flow.sport and flow.dport):
         return None
     return f"{flow.src}:{flow.sport}->{flow.dst}:{flow.dport}"
 

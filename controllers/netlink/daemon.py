@@ -74,10 +74,10 @@ class KernelPlane:
             self.applier.start(switch, self.service.start(switch))
             self.watcher.watch(switch, events[switch], self._ports_up(switch))
         self.watcher.start()
-        for switch in self.fabric.switches:
-            for port, up in self._ports_up(switch).items():
-                if not up:          # a port already down when we attached
-                    self._port_changed(switch, port, False)
+        found_down = [(switch, port, False) for switch in self.fabric.switches
+                      for port, up in self._ports_up(switch).items() if not up]
+        if found_down:              # ports already down when we attached: one reroute
+            self._ports_changed(found_down)
         LOG.info("attached %d namespaces", len(pids))
         return {"attached": sorted(pids)}
 
@@ -86,9 +86,6 @@ class KernelPlane:
         flags = {link["index"]: link["flags"] for link in sock.get_links()}
         return {port: is_up(flags.get(index, 0))
                 for port, index in self.applier.indexes[switch].items()}
-
-    def _port_changed(self, switch: str, port: int, up: bool) -> None:
-        self._ports_changed([(switch, port, up)])
 
     def _ports_changed(self, changes: List[Tuple[str, int, bool]]) -> None:
         try:

@@ -10,7 +10,7 @@ call; this one, the kernel's own time, tens of microseconds).  Each request
 asks for an acknowledgement, and returns only once it came: the filter is in
 effect (or gone) when `light` or `dark` returns.  Both return when the
 kernel took the change: the epoch times just before and after the request
-was written (`controllers.netlink.wire.Channel.request`).
+was written (`controllers.netlink.wire.Channel.timed_request`).
 
 The messages (``include/uapi/linux/rtnetlink.h``, ``pkt_cls.h``,
 ``tc_act/tc_mirred.h``)::
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import List, Tuple
+from typing import Tuple
 
 from controllers.netlink.wire import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST,
                                       Channel, attr, message)
@@ -91,14 +91,10 @@ class PatchSocket:
         self.channel = Channel(sock, PatchError)
 
     def light(self, ifindex: int, peer: int, prio: int = 1) -> Tuple[float, float]:
-        written: List[Tuple[float, float]] = []
-        self.channel.request(lambda seq: filter_add(seq, ifindex, peer, prio), written)
-        return written[0]
+        return self.channel.timed_request(lambda seq: filter_add(seq, ifindex, peer, prio))[1]
 
     def dark(self, ifindex: int, prio: int = 1) -> Tuple[float, float]:
-        written: List[Tuple[float, float]] = []
-        self.channel.request(lambda seq: filter_delete(seq, ifindex, prio), written)
-        return written[0]
+        return self.channel.timed_request(lambda seq: filter_delete(seq, ifindex, prio))[1]
 
     def close(self) -> None:
         self.channel.close()

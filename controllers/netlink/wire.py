@@ -15,7 +15,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Callable, List, Optional, Tuple, Type
+from typing import Callable, Optional, Tuple, Type
 
 NLMSG_ERROR = 2
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
@@ -43,27 +43,27 @@ class Channel:
         self._seq = 0
         self._lock = threading.Lock()
 
-    def request(self, build: Callable[[int], bytes],
-                written: Optional[List[Tuple[float, float]]] = None) -> Optional[bytes]:
+    def request(self, build: Callable[[int], bytes]) -> Optional[bytes]:
         """Send ``build(seq)``; return the first reply message to it (header
         included), or None for a plain acknowledgement; raise ``error`` with
-        the kernel's errno if it refused.
+        the kernel's errno if it refused."""
+        return self.timed_request(build)[0]
 
-        With a ``written`` list, append to it the epoch times just before and
-        just after the request was written.  The kernel carries an rtnetlink
-        request out inside that write, so the change took effect between the
-        two: a bound microseconds wide, where the whole call also holds
-        building the bytes, reading the answer and whatever preempted this
-        thread in between (a reconfiguration's dark time is counted from it).
-        """
+    def timed_request(self, build: Callable[[int], bytes]
+                      ) -> Tuple[Optional[bytes], Tuple[float, float]]:
+        """`request`, with the epoch times just before and just after the
+        request was written.  The kernel carries an rtnetlink request out
+        inside that write, so the change took effect between the two: a bound
+        microseconds wide, where the whole call also holds building the bytes,
+        reading the answer and whatever preempted this thread in between (a
+        reconfiguration's dark time is counted from it)."""
         with self._lock:
             self._seq += 1
             seq = self._seq
             data = build(seq)
             before = time.time()
             self.sock.send(data)
-            if written is not None:
-                written.append((before, time.time()))
+            written = (before, time.time())
             while True:
                 data = self.sock.recv(1 << 16)
                 offset = 0
@@ -71,11 +71,11 @@ class Channel:
                     length, kind, _, got, _ = HEADER.unpack_from(data, offset)
                     if got == seq:
                         if kind != NLMSG_ERROR:
-                            return data[offset:offset + length]
+                            return data[offset:offset + length], written
                         (code,) = struct.unpack_from("=i", data, offset + HEADER.size)
                         if code:
                             raise self.error(-code, os.strerror(-code))
-                        return None
+                        return None, written
                     offset += max(HEADER.size, (length + 3) & ~3)
 
     def close(self) -> None:

@@ -392,7 +392,7 @@ def test_port_reports_handled_together_reroute_once():
 
 def fake_kernel_plane(fabric, kernel) -> KernelPlane:
     """The controller's KernelPlane over the fake kernel, switch sN in "namespace" N;
-    link events are handed to it by the test (`KernelPlane._port_changed`)."""
+    link events are handed to it by the test (`KernelPlane._ports_changed`)."""
     class FakeEvents:
         def fileno(self):
             return -1
@@ -438,11 +438,11 @@ def test_a_restored_link_gets_its_flushed_neighbours_back_before_routes_use_it()
     peer, peer_port = fabric.peer(edge, agg)
     for switch, p in ((edge, port), (edge, agg), (peer, peer_port)):
         kernel.set_down(switch, p)                   # down from Mininet: entries flushed
-        plane._port_changed(switch, p, False)
+        plane._ports_changed([(switch, p, False)])
     assert trace(kernel, "h16", "h1")[0] == []
     for switch, p in ((edge, port), (edge, agg), (peer, peer_port)):
         kernel.set_down(switch, p, down=False)
-        plane._port_changed(switch, p, True)
+        plane._ports_changed([(switch, p, True)])
     assert kernel.sockets[edge].neighbours[(100 + port, fabric.graph.nodes["h1"]["ip"])] == \
         fabric.graph.nodes["h1"]["mac"], "the host behind a restored port is known again"
     delivered, failures = trace(kernel, "h16", "h1")
