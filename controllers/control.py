@@ -75,11 +75,15 @@ class ControlServer:
 
 
 class ControlClient:
+    """One connection to the control channel; requests from several threads
+    take turns on it (a request and its reply are never interleaved)."""
+
     def __init__(self, path: str, timeout: float = 30.0):
         self.path = path
         self.timeout = timeout
         self._sock: Optional[socket.socket] = None
         self._stream = None
+        self._lock = threading.Lock()
 
     def _connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -92,6 +96,10 @@ class ControlClient:
         self._sock, self._stream = sock, sock.makefile("rwb")
 
     def call(self, op: str, timeout: Optional[float] = None, **args) -> dict:
+        with self._lock:
+            return self._call(op, timeout, args)
+
+    def _call(self, op: str, timeout: Optional[float], args: dict) -> dict:
         if self._sock is None:
             self._connect()
         self._sock.settimeout(timeout or self.timeout)

@@ -295,7 +295,7 @@ class NetlinkApplier:
     def port_up(self, switch: str, port: int) -> None:
         """A port came back: put its static neighbour back.
 
-        Taking an interface down (Mininet's ``configLinkStatus``) flushes its
+        Taking an interface down (a failure, `Testbed.change_links`) flushes its
         neighbour entries, permanent ones included, so a restored link would
         otherwise route into "host unreachable".  Call this before rerouting
         onto the port.

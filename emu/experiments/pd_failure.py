@@ -10,10 +10,11 @@ are the mean over the repeats, the spread of the headline one is kept):
 
 1. **healthy**: the stream as planned;
 2. **failure**: at the arrival of request ``fail_after`` (emulated time from
-   the replay start), every link of one ToR goes down *from Mininet*
-   (``configLinkStatus``, both veth ends).  The switches report the ports
-   down (OFPPortStatus), the controller reroutes by itself, and the testbed
-   waits until the controller's state lists every link down.  Then every KV
+   the replay start), every link of one ToR goes down at once (both veth
+   ends of each, one ``ip`` batch per namespace).  The switches report the
+   ports down (OpenFlow port status, or netlink link events on ``linux``)
+   and the controller reroutes by itself; the replay goes on meanwhile,
+   and once the controller's state lists every link down, every KV
    flow with an end behind the dead ToR moves to the NIC port that takes
    over (`traffic.failover`): the GPU's other port on ZCube (other layer)
    and HPN (other plane), a server mate's NIC over NVLink on ROFT.  A flow
@@ -50,6 +51,7 @@ Runs (as root)::
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -205,8 +207,18 @@ def notes(rows: Sequence[dict]) -> List[str]:
 
 
 # ---------------------------------------------------------------- the failure
+#: Longest wait, after a replay, for the controller to report the failure.
+LINK_WAIT_S = 30.0
+
+
 class ToRFailure:
-    """The replay event: fail the ToR from Mininet, then move the flows behind it."""
+    """The replay event: fail the ToR from Mininet, then move the flows behind it.
+
+    The ToR's links all go down at once, and the replay goes on: other
+    flows start and end while the controller notices and reroutes, as the
+    rest of a cluster would.  A thread waits for the controller and then
+    posts the move of the flows behind the ToR back to the replay loop.
+    """
 
     def __init__(self, bed, switch: str, moves: Dict[str, Optional[str]]):
         self.bed = bed
@@ -217,10 +229,42 @@ class ToRFailure:
         self.moved: List[str] = []        # armed or running: cancelled, resent in full
         self.rehosted: List[str] = []     # not armed yet: starts from the new port
         self.stranded: List[str] = []
+        self._watcher: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
 
     def __call__(self, replayer) -> None:
         self.at_s = time.time() - replayer.t0
-        self.noticed_s = self.bed.fail_switch(self.switch)
+        change = self.bed.change_links(self.bed.switch_links(self.switch), up=False)
+        self._watcher = threading.Thread(target=self._wait_then_move, args=(replayer, change),
+                                         name=f"{self.switch} failure", daemon=True)
+        self._watcher.start()
+
+    def _wait_then_move(self, replayer, change) -> None:
+        try:
+            self.noticed_s = self.bed.wait_links_seen(change)
+        except Exception as exc:   # noqa: BLE001 - handed to the replay loop, which raises it
+            self._error = exc
+            replayer.post(self._raise)
+            return
+        replayer.post(self.move_flows)
+
+    def _raise(self, _replayer) -> None:
+        raise self._error
+
+    def finish(self, timeout_s: float = LINK_WAIT_S) -> None:
+        """After the replay: wait for the controller's notice if it is still
+        pending (the stream may end first), and raise what went wrong."""
+        if self._watcher is not None:
+            self._watcher.join(timeout_s)
+            if self._watcher.is_alive():
+                raise RuntimeError(f"the controller did not see {self.switch} fail "
+                                   f"in {timeout_s:.0f} s")
+        if self._error is not None:
+            raise self._error
+
+    def move_flows(self, replayer) -> None:
+        """Every flow with an end behind the failed ToR goes to the port that
+        takes over; a running one is resent in full from there."""
         for fid, flow in list(replayer.flows.items()):
             if flow.src not in self.moves and flow.dst not in self.moves:
                 continue
@@ -298,6 +342,7 @@ def run(ctx: Context) -> Outcome:
                     progress=ctx.progress(f"{name} #{repeat} failure KV flows"),
                     record_flows=ctx.testbeds.record_flows, events=[(t_fail, event)],
                     agent_hosts=sorted(h for h in moves.values() if h))
+                event.finish()
                 bed.fail_switch(switch, up=True)     # the next repeat starts healthy
                 repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,
                                            repeat, outcome, windows_out, requests_out))

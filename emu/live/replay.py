@@ -151,15 +151,17 @@ class Replayer:
     """Replay a DAG; ``gate`` and ``on_done`` let a caller hold flows back.
 
     ``gate(flow)`` is asked whenever a flow is otherwise due (its time has
-    come and its dependencies are done); a False keeps it waiting, and it is
-    asked again after the next flow finishes: KV ingress credits are such a
-    gate.  ``on_done(result)`` is told of every finished flow (to release
+    come and its dependencies are done), whether or not its processes are
+    ready yet; a False keeps it waiting, and it is asked again after the next
+    flow finishes: KV ingress credits are such a gate.  ``on_done(result)`` is told of every finished flow (to release
     credit, say).  Flows are armed at most ``ARM_AHEAD_S`` before they are
     due, so a long open-loop stream never holds hundreds of idle processes.
 
     ``events`` are (seconds after the start, callback(replayer)) pairs run
     in the replay loop at their time, e.g. a switch failure; a callback may
-    `move` flows to other hosts (a NIC failing over to its other port).
+    `move` flows to other hosts (a NIC failing over to its other port), and
+    one that must wait for something should `post` its follow-up from a
+    thread rather than hold the loop.
     Hosts in ``agent_hosts`` get a host agent from the start, so a flow
     moved to them does not wait for one.  ``on_moved(old_id, new_id)`` is
     told when a started flow is cancelled and resent (``on_done`` never
@@ -196,6 +198,7 @@ class Replayer:
         self._fired: Dict[str, float] = {}
         self._done: set = set()
         self._listening: set = set()
+        self._admitted: set = set()      # due flows the gate let through
         self._moved: set = set()
 
     def _next_port(self, host: str) -> int:
@@ -250,6 +253,14 @@ class Replayer:
                           congestion=self.bed.congestion)
         self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec)})
         self._armed.add(fid)
+
+    def post(self, callback: Callable[["Replayer"], None]) -> None:
+        """Run ``callback(replayer)`` in the replay loop, soon; callable from any
+        thread.  Work that waits elsewhere (a controller rerouting after a
+        failure) hands its result back this way, while the loop goes on
+        starting and finishing flows: the loop is the only place flows change.
+        A callback still queued when the last flow ends is not run."""
+        self._events.put({"event": "call", "callback": callback})
 
     # ------------------------------------------------------------ moving flows
     def move(self, fid: str, src: Optional[str] = None, dst: Optional[str] = None
@@ -323,12 +334,17 @@ class Replayer:
                 next_start = None
                 for fid in self._order:
                     flow = flows[fid]
-                    if fid in fired or fid in done or fid not in self._listening or \
-                            not all(d in done for d in flow.after):
+                    if fid in fired or fid in done or not all(d in done for d in flow.after):
                         continue
                     ready_at = max([results[d].end for d in flow.after] or [self.t0]) + flow.at_s
                     if now >= ready_at:
-                        if self.gate is None or self.gate(flow):
+                        # The gate hears of a flow when it is due, whether or
+                        # not its server listens yet: a queue for credit is
+                        # then in the order the workload made flows due, not
+                        # in the order helper processes happened to start.
+                        if fid not in self._admitted and (self.gate is None or self.gate(flow)):
+                            self._admitted.add(fid)
+                        if fid in self._admitted and fid in self._listening:
                             self._agents[flow.dst].send({"op": "go", "id": fid})
                             fired[fid] = now
                     else:
@@ -385,7 +401,9 @@ class Replayer:
 
     def _on_event(self, event: dict, results: Dict[str, FlowResult], done: set) -> None:
         kind = event["event"]
-        if kind == "armed":
+        if kind == "call":
+            event["callback"](self)
+        elif kind == "armed":
             state.record_pid(event["pid"], f"iperf3 client {event['id']}")
         elif kind == "done":
             fid = event["id"]

@@ -33,9 +33,7 @@ Open vSwitch's ports live, one of each.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import tempfile
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -122,22 +120,46 @@ def apply(batches: Dict[Optional[int], Dict[str, List[str]]]) -> None:
 
 def run_batch(tool: str, lines: List[str], pid: Optional[int], what: str) -> None:
     """Run ``tool -batch`` over ``lines`` in the namespace of ``pid`` (None: this one)."""
-    if not lines:
-        return
-    with tempfile.NamedTemporaryFile("w", prefix=f"fe-{tool}-", suffix=".batch",
-                                     delete=False) as stream:
-        stream.write("\n".join(lines) + "\n")
-        path = stream.name
+    run_batches(tool, {pid: lines}, what)
+
+
+def _namespace_command(pid: Optional[int], command: List[str]) -> List[str]:
+    """``command`` run in the namespace of ``pid`` (None: this one)."""
+    return command if pid is None else ["mnexec", "-a", str(pid)] + command
+
+
+def run_batches(tool: str, batches: Dict[Optional[int], List[str]], what: str) -> None:
+    """Run one ``tool -batch`` per namespace (pid, or None for this one), all at
+    once: the changes land within a process start of each other, as when a
+    switch loses every link together, rather than one namespace after another."""
+    started = []
     try:
-        command = [tool, "-batch", path]
-        if pid is not None:
-            command = ["mnexec", "-a", str(pid)] + command
-        done = subprocess.run(command, capture_output=True, text=True,
-                              timeout=BATCH_TIMEOUT_S, check=False)
+        for pid, lines in batches.items():
+            if not lines:
+                continue
+            command = _namespace_command(pid, [tool, "-batch", "-"])
+            where = "the root namespace" if pid is None else f"the namespace of pid {pid}"
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+            started.append((process, "\n".join(lines) + "\n", where))
+        failures = []
+        for process, text, where in started:
+            try:
+                output, _ = process.communicate(text, timeout=BATCH_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                output, _ = process.communicate()
+                failures.append(f"{where}: no answer in {BATCH_TIMEOUT_S:.0f} s")
+                continue
+            noise = [line for line in output.splitlines()
+                     if line.strip() and "quantum of class" not in line]
+            if process.returncode != 0 or noise:
+                failures.append(f"{where}: {tool} -batch failed ({process.returncode}): "
+                                f"{' | '.join(noise)[:500]}")
     finally:
-        os.unlink(path)
-    noise = [line for line in (done.stdout + done.stderr).splitlines()
-             if line.strip() and "quantum of class" not in line]
-    if done.returncode != 0 or noise:
-        raise BatchError(f"{what}: {tool} -batch failed ({done.returncode}): "
-                         f"{' | '.join(noise)[:500]}")
+        for process, _, _ in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if failures:
+        raise BatchError(f"{what}: " + "; ".join(failures))

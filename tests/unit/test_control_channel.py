@@ -139,3 +139,27 @@ def test_stop_removes_the_socket_and_clients_see_a_control_error(tmp_path):
     client.close()
     with pytest.raises(ControlError, match="not reachable"):
         client.call("echo")
+
+
+def test_threads_sharing_one_client_each_get_their_own_reply(server):
+    """Requests from several threads take turns on the one connection."""
+    import threading
+    control = ControlClient(server.path, timeout=5)
+    replies, errors = {}, []
+
+    def ask(n):
+        try:
+            for i in range(50):
+                reply = control.call("echo", n=n, i=i)
+                assert reply == {"echo": {"n": n, "i": i}}, reply
+            replies[n] = True
+        except Exception as exc:   # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    control.close()
+    assert not errors and sorted(replies) == [0, 1, 2, 3], errors

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import queue
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -70,11 +72,25 @@ def test_check_refuses_bad_fabrics_switches_and_failure_points(tmp_path):
 
 
 class _Bed:
-    def __init__(self):
-        self.failed = []
+    """Takes links down at once; the controller's notice comes when ``seen`` is set."""
 
-    def fail_switch(self, switch, up=False):
-        self.failed.append(switch)
+    def __init__(self, error=None):
+        self.changed = []
+        self.seen = threading.Event()
+        self.error = error
+
+    def switch_links(self, switch):
+        return {(switch, "s9")}
+
+    def change_links(self, links, up):
+        self.changed.append((sorted(links), up))
+        return "change"
+
+    def wait_links_seen(self, change):
+        assert change == "change"
+        assert self.seen.wait(5)
+        if self.error:
+            raise self.error
         return 0.05
 
 
@@ -85,6 +101,13 @@ class _Replayer:
         self.done = set(done)
         self.unarmed = {"g"}
         self.calls = []
+        self.posted = queue.Queue()
+
+    def post(self, callback):
+        self.posted.put(callback)
+
+    def run_posted(self):
+        self.posted.get(timeout=5)(self)
 
     def move(self, fid, src, dst):
         self.calls.append((fid, src, dst))
@@ -104,11 +127,39 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     event = pf.ToRFailure(bed, "s1", {"h1": "h2", "h5": None})
     replayer = _Replayer(flows, done={"f"})
     event(replayer)
-    assert bed.failed == ["s1"] and event.noticed_s == 0.05
+    assert bed.changed == [([("s1", "s9")], False)], "every link of the switch, down"
+    assert replayer.calls == [] and replayer.posted.empty(), \
+        "nothing moves before the controller saw the failure, and the loop is not held"
+    bed.seen.set()
+    replayer.run_posted()
+    event.finish()
+    assert event.noticed_s == 0.05
     assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h8")]
     assert event.moved == ["a"], "a finished flow is not counted as moved"
     assert event.rehosted == ["g"]
     assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"
+
+
+def test_failure_event_hands_a_controller_error_to_the_loop_and_to_finish():
+    bed = _Bed(error=RuntimeError("the controller did not see it"))
+    event = pf.ToRFailure(bed, "s1", {"h1": "h2"})
+    replayer = _Replayer([SimpleNamespace(id="a", src="h1", dst="h9")])
+    event(replayer)
+    bed.seen.set()
+    with pytest.raises(RuntimeError, match="did not see it"):
+        replayer.run_posted()
+    with pytest.raises(RuntimeError, match="did not see it"):
+        event.finish()
+    assert replayer.calls == []
+
+
+def test_failure_event_finish_names_a_notice_that_never_came():
+    bed = _Bed()
+    event = pf.ToRFailure(bed, "s1", {"h1": "h2"})
+    event(_Replayer([]))
+    with pytest.raises(RuntimeError, match="did not see s1 fail in 0 s"):
+        event.finish(timeout_s=0.1)
+    bed.seen.set()
 
 
 def test_repeats_sum_counts_average_figures_and_keep_the_spread():

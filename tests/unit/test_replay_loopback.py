@@ -136,3 +136,68 @@ def test_arm_time_of_each_kind_of_flow():
     player._done.add("d")
     player.results["d"] = SimpleNamespace(end=102.0)
     assert player._arm_at(pause) == 102.0 + 3.0
+
+
+def test_a_posted_callback_runs_in_the_loop_while_flows_go_on(tmp_path):
+    """An event that waits elsewhere (a controller rerouting) does not hold the
+    loop: flows due meanwhile start, and its follow-up runs when posted."""
+    import threading
+    bed = LoopbackBed(["a", "a2", "b", "c"])
+    release = threading.Event()
+    ran = {}
+
+    def fail_a(replayer):
+        def follow_up(loop):
+            ran["loop"] = loop
+            ran["moved"] = loop.move("slow", src="a2")
+        threading.Thread(target=lambda: (release.wait(10), replayer.post(follow_up)),
+                         daemon=True).start()
+
+    def on_done(result):
+        if result.id == "due-meanwhile":
+            release.set()   # the follow-up is posted only once this flow ended
+
+    dag = FlowDag([Flow("slow", "a", "b", 2_000_000, rate_mbps=16.0),
+                   Flow("due-meanwhile", "a", "c", 20_000, at_s=0.6)])
+    replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", events=[(0.3, fail_a)],
+                        agent_hosts=["a2"], on_done=on_done)
+    results = {r.id: r for r in replayer.run()}
+    assert ran["loop"] is replayer and ran["moved"] == "slow~m1"
+    assert results["due-meanwhile"].status == "ok"
+    assert results["slow~m1"].status == "ok" and results["slow~m1"].src == "a2"
+    assert results["slow~m1"].start >= results["due-meanwhile"].end - 0.01, \
+        "the follow-up ran after a flow that started while it was pending"
+
+
+def test_the_gate_hears_of_flows_in_the_order_they_are_due_not_as_servers_start(
+        tmp_path, monkeypatch):
+    """A flow whose server comes up late keeps its place in the credit queue."""
+    import threading
+    real_start = replay.start_server
+
+    def late_for_first(bed, host, ip, port, name, on_ready):
+        if name == "first":   # its server is slow to listen: 0.6 s late
+            return real_start(bed, host, ip, port, name,
+                              lambda: threading.Timer(0.6, on_ready).start())
+        return real_start(bed, host, ip, port, name, on_ready)
+
+    monkeypatch.setattr(replay, "start_server", late_for_first)
+    bed = LoopbackBed(["p1", "p2", "d"])
+    asked, holder = [], []
+
+    def gate(flow):            # one stream into d at a time
+        if flow.id not in asked:
+            asked.append(flow.id)
+        if holder and holder[0] != flow.id:
+            return False
+        holder[:] = [flow.id]
+        return True
+
+    dag = FlowDag([Flow("first", "p1", "d", 100_000, at_s=0.1),
+                   Flow("second", "p2", "d", 100_000, at_s=0.2)])
+    results = {r.id: r for r in Replayer(bed, dag, 1000.0, tmp_path / "flows", gate=gate,
+                                         on_done=lambda r: holder.clear()).run()}
+    assert all(r.status == "ok" for r in results.values()), results
+    assert asked[0] == "first", f"the gate was asked {asked}"
+    assert results["second"].start >= results["first"].end - 0.05, \
+        "the flow due first got the credit although its server listened later"

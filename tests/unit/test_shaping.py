@@ -57,3 +57,44 @@ def test_small_means_an_ip_packet_under_128_bytes():
     mask = 0xff80
     assert all(length & mask == 0 for length in (40, 52, 127))
     assert all(length & mask for length in (128, 576, 1500))
+
+
+def _fake_tool(tmp_path, monkeypatch):
+    """A stand-in for ``ip``: logs its lines, start and end; a line 'fail' fails."""
+    tool = tmp_path / "bin" / "fake-ip"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n"
+                    "[ \"$1\" = -batch ] && [ \"$2\" = - ] || exit 9\n"
+                    "log=$(mktemp -p " + str(tmp_path) + " run.XXXXXX)\n"
+                    "date +%s.%N > \"$log\"\n"
+                    "lines=$(cat)\n"
+                    "sleep 0.3\n"
+                    "printf '%s\\n' \"$lines\" >> \"$log\"\n"
+                    "date +%s.%N >> \"$log\"\n"
+                    "case \"$lines\" in *fail*) echo 'Error: it failed' >&2; exit 1;; esac\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{__import__('os').environ['PATH']}")
+    return tool.name
+
+
+def test_batches_of_several_namespaces_run_at_once(tmp_path, monkeypatch):
+    tool = _fake_tool(tmp_path, monkeypatch)
+    monkeypatch.setattr(shaping, "_namespace_command", lambda pid, command: command)
+    shaping.run_batches(tool, {1: ["link set dev a down"], 2: ["link set dev b down",
+                                                               "link set dev c down"],
+                               3: []}, "take links down")
+    runs = [path.read_text().split("\n") for path in sorted(tmp_path.glob("run.*"))]
+    assert len(runs) == 2, "one process per namespace with lines, none for an empty one"
+    assert sorted(run[1:-2] for run in runs) == [["link set dev a down"],
+                                                 ["link set dev b down", "link set dev c down"]]
+    starts = [float(run[0]) for run in runs]
+    ends = [float(run[-2]) for run in runs]
+    assert max(starts) < min(ends), "the namespaces' batches overlap in time"
+
+
+def test_a_failed_batch_names_what_and_where(tmp_path, monkeypatch):
+    tool = _fake_tool(tmp_path, monkeypatch)
+    with pytest.raises(shaping.BatchError,
+                       match=r"take links down: the root namespace: fake-ip -batch failed "
+                             r"\(1\): Error: it failed"):
+        shaping.run_batches(tool, {None: ["fail"]}, "take links down")
