@@ -59,3 +59,18 @@ def test_the_schedule_is_absolute_so_a_late_wake_up_shifts_nothing_after_it():
 
 def test_a_datagram_never_shrinks_below_its_header():
     assert len(probe.datagram(1, 1.0, 4)) == probe.HEADER.size
+
+
+def test_a_wake_up_later_than_a_period_skips_the_missed_slots_instead_of_bursting():
+    clock, sock = Clock(), Socket()
+    clock.late[round(100.0 + 3 * 0.0005, 6)] = 0.0016     # the 4th wakes 3.2 periods late
+    count = probe.send("10.0.0.2", 5301, pps=2000, size=64, duration_s=0.005, clock=clock,
+                       sleep=clock.sleep, sock=sock)
+    sent = [seconds + micros / 1e6 for (seconds, micros, _), _ in sock.sent]
+    assert count == len(sent) == 7, "slots 5-7 were missed, not sent late"
+    assert [s[0][2] for s in sock.sent] == list(range(1, 8)), "no sequence gap: nothing lost"
+    assert sent[3] - 100.0 == pytest.approx(0.0031, abs=2e-6), "the late one left late"
+    assert sent[4] - 100.0 == pytest.approx(0.0035, abs=2e-6), \
+        "the next one left at its own slot on the grid, not right after the late one"
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    assert min(gaps) >= 0.0004 - 2e-6, f"no two datagrams back to back: {gaps}"
