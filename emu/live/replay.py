@@ -153,9 +153,10 @@ class Replayer:
     ``gate(flow)`` is asked whenever a flow is otherwise due (its time has
     come and its dependencies are done), whether or not its processes are
     ready yet; a False keeps it waiting, and it is asked again after the next
-    flow finishes: KV ingress credits are such a gate.  ``on_done(result)`` is told of every finished flow (to release
-    credit, say).  Flows are armed at most ``ARM_AHEAD_S`` before they are
-    due, so a long open-loop stream never holds hundreds of idle processes.
+    flow finishes: KV ingress credits are such a gate.  ``on_done(result)``
+    is told of every finished flow (to release credit, say).  Flows are
+    armed at most ``ARM_AHEAD_S`` before they are due, so a long open-loop
+    stream never holds hundreds of idle processes.
 
     ``events`` are (seconds after the start, callback(replayer)) pairs run
     in the replay loop at their time, e.g. a switch failure; a callback may

@@ -33,7 +33,9 @@ Open vSwitch's ports live, one of each.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -130,25 +132,28 @@ def _namespace_command(pid: Optional[int], command: List[str]) -> List[str]:
 
 def run_batches(tool: str, batches: Dict[Optional[int], List[str]], what: str) -> None:
     """Run one ``tool -batch`` per namespace (pid, or None for this one), all at
-    once: the changes land within a process start of each other, as when a
-    switch loses every link together, rather than one namespace after another."""
-    started = []
+    once: each reads its own file, so the changes land within a process start
+    of each other, as when a switch loses every link together, rather than
+    one namespace after another."""
+    started, paths = [], []
     try:
         for pid, lines in batches.items():
             if not lines:
                 continue
-            command = _namespace_command(pid, [tool, "-batch", "-"])
+            with tempfile.NamedTemporaryFile("w", prefix=f"fe-{tool}-", suffix=".batch",
+                                             delete=False) as stream:
+                stream.write("\n".join(lines) + "\n")
+            paths.append(stream.name)
             where = "the root namespace" if pid is None else f"the namespace of pid {pid}"
-            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
-            started.append((process, "\n".join(lines) + "\n", where))
+            process = subprocess.Popen(_namespace_command(pid, [tool, "-batch", stream.name]),
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True)
+            started.append((process, where))
         failures = []
-        for process, text, where in started:
+        for process, where in started:
             try:
-                output, _ = process.communicate(text, timeout=BATCH_TIMEOUT_S)
+                output, _ = process.communicate(timeout=BATCH_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.kill()
-                output, _ = process.communicate()
                 failures.append(f"{where}: no answer in {BATCH_TIMEOUT_S:.0f} s")
                 continue
             noise = [line for line in output.splitlines()
@@ -157,9 +162,11 @@ def run_batches(tool: str, batches: Dict[Optional[int], List[str]], what: str) -
                 failures.append(f"{where}: {tool} -batch failed ({process.returncode}): "
                                 f"{' | '.join(noise)[:500]}")
     finally:
-        for process, _, _ in started:
+        for process, _ in started:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+        for path in paths:
+            os.unlink(path)
     if failures:
         raise BatchError(f"{what}: " + "; ".join(failures))

@@ -60,14 +60,15 @@ def test_small_means_an_ip_packet_under_128_bytes():
 
 
 def _fake_tool(tmp_path, monkeypatch):
-    """A stand-in for ``ip``: logs its lines, start and end; a line 'fail' fails."""
+    """A stand-in for ``ip``: logs when it has read its lines, the lines, and its
+    end; a line 'fail' fails."""
     tool = tmp_path / "bin" / "fake-ip"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\n"
-                    "[ \"$1\" = -batch ] && [ \"$2\" = - ] || exit 9\n"
+                    "[ \"$1\" = -batch ] && [ -f \"$2\" ] || exit 9\n"
+                    "lines=$(cat \"$2\")\n"
                     "log=$(mktemp -p " + str(tmp_path) + " run.XXXXXX)\n"
                     "date +%s.%N > \"$log\"\n"
-                    "lines=$(cat)\n"
                     "sleep 0.3\n"
                     "printf '%s\\n' \"$lines\" >> \"$log\"\n"
                     "date +%s.%N >> \"$log\"\n"
