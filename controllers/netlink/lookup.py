@@ -1,7 +1,8 @@
 """Which port a router sends one flow out of: the kernel's own multipath choice.
 
-With ``fib_multipath_hash_policy=1`` a router picks a flow's next hop by a
-hash of its addresses, protocol and ports, so two flows of one host pair may
+A router picks a flow's next hop by a hash of its addresses, protocol and
+ports (``fib_multipath_hash_policy=3`` with those fields, set by
+`topologies.mininet_topo`), so two flows of one host pair may
 take different paths, and two flows of different pairs may meet on one link.
 The kernel answers "which way would this packet go" for a given five-tuple
 (``ip route get ... ipproto tcp sport S dport D iif IF``), as if the packet

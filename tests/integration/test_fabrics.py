@@ -145,3 +145,38 @@ def test_fabric_reachability_and_routes(name, tmp_path, dataplane):
     assert not hops_on_paths or busy & hops_on_paths, \
         f"{name}: no computed hop carried the pings {src} -> {dst}: {paths}"
     assert_no_leftovers()
+
+
+def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path):
+    """Kernel routers hash a forwarded flow's five-tuple, so the path reported
+    for a flow (and its shared links, and the fidelity check) is the one its
+    packets took; a hash carried from the sending socket would pick at random."""
+    from pathlib import Path
+
+    from emu.live.replay import Replayer
+    from traffic.flows import Flow, FlowDag
+
+    fabric = registry.build("zcube,n=4,gpus_per_server=2")
+    scale = Scale.from_rates(host_gbps(fabric), 20.0, tdf=1.0)
+    # h11 sits on A_1 and h19 on A_2: four equal paths, one through each B switch.
+    src, dst = "h11", "h19"
+    assert len(shortest_paths(fabric, src, dst)[1]) == 4
+    with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None,
+                 dataplane="linux") as bed:
+        first_hop = next(s for s in fabric.graph.neighbors(src))
+        seen = set()
+        for number in range(8):
+            before = port_tx(bed, first_hop)
+            result = Replayer(bed, FlowDag([Flow("f", src, dst, 300_000)]), 20.0,
+                              Path(tmp_path / f"flow{number}")).run()[0]
+            after = port_tx(bed, first_hop)
+            assert result.status == "ok", result
+            busiest = max(after, key=lambda port: after[port] - before.get(port, 0))
+            told_ports = bed.flow_paths([result])[1][0]
+            path = bed.flow_paths([result])[0][0]
+            hop = path.index(first_hop)
+            assert told_ports[hop] == busiest, \
+                f"flow {result.sport}->{result.dport}: told {path}, sent out of port {busiest}"
+            seen.add(path[hop + 1])
+        assert len(seen) > 1, "eight flows should not all hash onto one of four paths"
+    assert_no_leftovers()
