@@ -78,7 +78,8 @@ MECHANISM = {
 }
 
 _SHARED = ("workload", "requests", "rate_per_s", "seed", "tp", "placement", "tile", "pairing",
-           "path_strategy", "d_credits", "prefill_ms_per_ktoken", "path_credits", "lock_wait_s")
+           "path_strategy", "d_credits", "prefill_ms_per_ktoken", "path_credits", "lock_wait_s",
+           "kv_window")
 FIELDS = {key: pd_setup.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabrics": Field(list, list(FABRICS), "fabrics to compare, in order, all at the GPU count "
@@ -135,7 +136,7 @@ def check(scenario) -> None:
 
 # ---------------------------------------------------------------- results (pure)
 #: Row fields that describe the set-up, the same in every repeat.
-SAME_EVERY_REPEAT = ("nic_ports_failed_over_count", "text_degradation_pct")
+SAME_EVERY_REPEAT = ("nic_ports_failed_over_count", "text_degradation_pct", "kv_window_bytes")
 
 def window(rows: Sequence[dict], after: bool, t_fail: float) -> List[dict]:
     return [r for r in rows if (r["arrival_s"] >= t_fail) == after]
@@ -198,6 +199,12 @@ def notes(rows: Sequence[dict]) -> List[str]:
             lines[-1] += (f" Throughput degradation per run: "
                           f"{row['throughput_degradation_min_pct']:+.1f}% to "
                           f"{row['throughput_degradation_max_pct']:+.1f}%.")
+    windows = sorted({f"{r['fabric']} {r['kv_window_bytes']}" for r in rows
+                      if r.get("kv_window_bytes")})
+    if windows:
+        lines.append("Each KV flow's TCP window was bounded (bytes: " + ", ".join(windows) +
+                     ") so that every KV flow a D admits fits in one link queue, standing in "
+                     "for the texts' lossless RDMA (kv_window = bounded; 'tcp' lifts it).")
     lines.append("ZCube's second port sits on the other switch layer, which the sending rank "
                  "does not otherwise use, so moved flows find idle ports. ROFT's affected GPUs "
                  "share a server mate's NIC (half the bandwidth for both). An HPN ToR at this "
@@ -226,8 +233,8 @@ class ToRFailure:
         self.moves = moves
         self.at_s: Optional[float] = None
         self.noticed_s: Optional[float] = None
-        self.moved: List[str] = []        # armed or running: cancelled, resent in full
-        self.rehosted: List[str] = []     # not armed yet: starts from the new port
+        self.moved: List[str] = []        # running: cancelled, resent in full
+        self.rehosted: List[str] = []     # not started yet: starts from the new port when due
         self.stranded: List[str] = []
         self._watcher: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
@@ -274,11 +281,14 @@ class ToRFailure:
                 continue
             if src == dst:
                 continue                    # both ends now on one NIC: not a network flow
+            started = replayer.started(fid)
             new_id = replayer.move(fid, src, dst)
-            if new_id == fid:
+            if new_id is None:
+                continue                    # it had ended
+            if started:
+                self.moved.append(fid)      # cancelled and resent in full
+            else:
                 self.rehosted.append(fid)   # not started yet: it simply starts elsewhere
-            elif new_id is not None:
-                self.moved.append(fid)
 
 
 # ---------------------------------------------------------------- the run
@@ -397,7 +407,8 @@ def _repeat_row(name, fabric, switch, moves, event, runs, t_fail, repeat, outcom
            "rehosted_flows_count": len(event.rehosted),
            "stranded_flows_count": len(event.stranded),
            "served_count": failure.summary["served_count"],
-           "requests_count": len(failure.rows)}
+           "requests_count": len(failure.rows),
+           "kv_window_bytes": failure.summary.get("kv_window_bytes")}
     if "healthy" in runs:
         row.update(compare(figures["healthy_after"], figures["failure_after"]))
     row["text_degradation_pct"] = TEXT_DEGRADATION_PCT[name]

@@ -84,7 +84,7 @@ SUMMARY = "the same seeded P/D request stream on ZCube and ROFT (and RailFly): T
           "P99, throughput, KV P99, peak KV streams per D, cost"
 
 _SHARED = ("workload", "requests", "rate_per_s", "seed", "tp", "placement", "tile", "pairing",
-           "path_strategy", "d_credits", "path_credits", "prefill_ms_per_ktoken")
+           "path_strategy", "d_credits", "path_credits", "prefill_ms_per_ktoken", "kv_window")
 FIELDS = {
     "fabrics": Field(list, ["zcube", "roft"], "fabrics to compare, in order, all at the GPU "
                      "count of fabric.spec", item=str),

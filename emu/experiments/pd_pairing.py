@@ -42,7 +42,7 @@ SUMMARY = "P/D pairing strategies x KV ingress credits on/off on one fabric: TTF
           "incast (peak KV streams per D), throughput"
 
 _SHARED = ("workload", "seed", "tp", "placement", "tile", "path_strategy", "path_credits",
-           "lock_wait_s")
+           "lock_wait_s", "kv_window")
 FIELDS = {key: pd_setup.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabric": Field(str, "zcube", "the fabric, at the GPU count of fabric.spec",
@@ -138,7 +138,8 @@ def run(ctx: Context) -> Outcome:
                          **{k: summary.get(k) for k in (
                              "served_count", "ttft_p50_s", "ttft_p95_s", "ttft_p99_s",
                              "ttft_p99_real_ms", "kv_p99_s", "throughput_emu_rps",
-                             "credit_wait_mean_s", "peak_streams_per_d_count")},
+                             "credit_wait_mean_s", "peak_streams_per_d_count",
+                             "kv_window_bytes")},
                          "d_used_count": len({x.d for x in planned}),
                          "on_home_pct": 100.0 * home / len(planned),
                          "kv_bytes": sum(x.kv_bytes for x in planned),

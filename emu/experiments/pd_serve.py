@@ -19,7 +19,8 @@ from typing import Callable, List, Optional, Sequence
 
 from emu.live.capture import FabricCapture
 from emu.live.replay import Replayer
-from traffic import fastlane
+from traffic import fastlane, kvwindow
+from traffic.credits import TEXT_D_CREDITS
 from traffic.flows import FlowDag
 from traffic.measure import linkload
 from traffic.pdgate import CreditGate
@@ -39,6 +40,7 @@ class ServeSettings:
     path_credits: Optional[int] = None      # KV streams per switch-to-switch link; None: off
     lane_capacity: int = 1                  # Rail-Fabric: KV rank flows a lane carries at once
     lane_when_busy: str = fastlane.WAIT     # Rail-Fabric: wait for a busy lane, or go around
+    kv_window: str = kvwindow.BOUNDED       # each KV flow's window: `traffic.kvwindow`
 
     @classmethod
     def from_context(cls, ctx) -> "ServeSettings":
@@ -48,7 +50,8 @@ class ServeSettings:
         return cls(link_mbps=ctx.scenario.config["scale"]["link_mbps"], scale=ctx.scale,
                    path_credits=settings.get("path_credits") or None,
                    lane_capacity=settings.get("lane_capacity", 1),
-                   lane_when_busy=settings.get("lane_when_busy", fastlane.WAIT))
+                   lane_when_busy=settings.get("lane_when_busy", fastlane.WAIT),
+                   kv_window=settings.get("kv_window", kvwindow.BOUNDED))
 
 
 @dataclass
@@ -63,6 +66,16 @@ class Served:
     t0: float
     hottest: List[dict] = dataclasses.field(default_factory=list)
     link_warnings: List[str] = dataclasses.field(default_factory=list)
+
+
+def kv_window_bytes(bed, planned: Sequence[Planned], rule: str,
+                    d_credits: Optional[int]) -> int:
+    """Each KV flow's window on ``bed`` under ``rule`` (`traffic.kvwindow`): every
+    flow of the streams one D admits fits in one of the testbed's egress queues.
+    Without credits the rule counts the text's smallest D limit."""
+    flows_per_request = max((len(x.transfer.dag.flows) for x in planned), default=1)
+    return kvwindow.window_bytes(rule, bed.queue_packets, bed.mtu,
+                                 d_credits or TEXT_D_CREDITS[0], max(1, flows_per_request))
 
 
 def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: Optional[int],
@@ -84,6 +97,7 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
     busiest links are returned by name.
     """
     dag = FlowDag.merge(*(x.transfer.dag for x in planned))
+    window = kv_window_bytes(bed, planned, settings.kv_window, d_credits)
     credit_gate = CreditGate(planned, d_credits or max(1, len(planned)),
                              path_limit=settings.path_credits)
     gate, lane_gate = credit_gate, None
@@ -97,7 +111,8 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
     replayer = Replayer(bed, dag, settings.link_mbps, work_dir, progress=progress,
                         gate=gate.gate, on_done=gate.done, events=events,
                         agent_hosts=agent_hosts,
-                        on_moved=(lambda old, new: lane_gate.release(old)) if lane_gate else None)
+                        on_moved=(lambda old, new: lane_gate.release(old)) if lane_gate else None,
+                        window_bytes=window)
     capture = None
     if links_dir is not None:
         capture = FabricCapture(bed.fabric, name="links", bed=bed).start(
@@ -120,6 +135,7 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
         summary.update(lane_gate.summary())
         summary["large_requests_count"] = sum(1 for x in routed if x.large)
     summary["d_credits_count"] = d_credits
+    summary["kv_window_bytes"] = window or None
     served = Served(results, rows, summary, streams, ingress_series(rows), replayer.t0)
     if capture is not None:
         loads = linkload.analyse_parts(capture.parts, bed.fabric,

@@ -15,6 +15,7 @@ from typing import Dict, List, Sequence
 from emu.schema import Field
 from topologies import registry
 from topologies.fabric import FabricError, ScaleError
+from traffic import kvwindow
 from traffic import requests as rq
 from traffic.kvflows import STRATEGIES
 from traffic.pairing import PAIRINGS
@@ -44,6 +45,10 @@ FIELDS = {
                        maximum=8),
     "path_credits": Field(int, 0, "KV streams a switch-to-switch link admits at once (path "
                           "credits); 0: no path credits", minimum=0, maximum=16),
+    "kv_window": Field(str, kvwindow.BOUNDED, "each KV flow's TCP window: 'bounded' so "
+                       "that every KV flow a D admits fits in one link queue (the texts' "
+                       "lossless RDMA, `traffic.kvwindow`), or 'tcp' (autotuned; loss and "
+                       "retransmission timeouts)", choices=list(kvwindow.RULES)),
     "prefill_ms_per_ktoken": Field(float, 5.0, "prefill compute, real ms per 1K new prompt "
                                    "tokens (x tdf)", minimum=0.0),
     "lock_wait_s": Field(float, 600.0, "how long a later fabric waits for the run lock if "

@@ -86,13 +86,14 @@ class ClientSpec:
     pacing_us: int = 0
     congestion: str = ""
     fq_rate_mbps: float = 0.0     # TCP: the kernel paces the socket (SO_MAX_PACING_RATE)
+    window_bytes: int = 0         # TCP: both ends' socket buffers (iperf3 -w); 0: autotuned
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
 
 def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "",
-                     fq_rate_mbps: float = 0.0) -> None:
+                     fq_rate_mbps: float = 0.0, window_bytes: int = 0) -> None:
     lib, test = client.lib, client._test
     lib.iperf_set_test_reporter_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
     lib.iperf_set_test_stats_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
@@ -107,6 +108,12 @@ def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "
     if fq_rate_mbps:
         lib.iperf_set_test_fqrate.argtypes = (ctypes.c_void_p, ctypes.c_uint64)
         lib.iperf_set_test_fqrate(test, int(fq_rate_mbps * 1e6))
+    if window_bytes:
+        # As iperf3 -w: the client sets its socket's buffers and sends the size
+        # to the server, which sets its own; in reverse mode the client is the
+        # receiver, whose buffer bounds the window it advertises.
+        lib.iperf_set_test_socket_bufsize.argtypes = (ctypes.c_void_p, ctypes.c_int)
+        lib.iperf_set_test_socket_bufsize(test, window_bytes)
     if congestion:
         # libiperf keeps the pointer: the buffer lives as long as the client.
         client._congestion = ctypes.create_string_buffer(congestion.encode())
@@ -130,7 +137,8 @@ def build_client(spec: ClientSpec):
         client.bandwidth = int(spec.rate_mbps * 1e6)
     # With a byte count the test must have no duration, as `iperf3 -n` does.
     client.duration = 0 if spec.bytes else max(1, int(spec.duration))
-    _libiperf_extras(client, spec.bytes, spec.pacing_us, spec.congestion, spec.fq_rate_mbps)
+    _libiperf_extras(client, spec.bytes, spec.pacing_us, spec.congestion, spec.fq_rate_mbps,
+                     spec.window_bytes)
     # The data stream's DSCP puts it in the links' data queue; the control
     # connection, without one, rides the signalling class (emu.live.shaping).
     client.lib.iperf_set_test_tos.argtypes = (ctypes.c_void_p, ctypes.c_int)

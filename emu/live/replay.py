@@ -48,6 +48,7 @@ class FlowResult:
     error: str = ""
     sport: int = 0            # the data's source port (the sender's), once known
     dport: int = 0            # the data's destination port
+    window_bytes: int = 0     # the socket buffers iperf3 set (-w); 0: autotuned
 
     @property
     def duration_s(self) -> float:
@@ -75,6 +76,7 @@ class FlowResult:
         # In reverse mode the server sends: the data leaves the remote end.
         reverse = (start.get("test_start") or {}).get("reverse")
         self.sport, self.dport = (remote, local) if reverse else (local, remote)
+        self.window_bytes = int(start.get("sock_bufsize", 0))
         self.status = "ok"
 
 
@@ -167,6 +169,8 @@ class Replayer:
     moved to them does not wait for one.  ``on_moved(old_id, new_id)`` is
     told when a started flow is cancelled and resent (``on_done`` never
     hears of the cancelled one): a gate frees what the old one held.
+    ``window_bytes`` bounds every flow's TCP window (both ends' socket
+    buffers, as ``iperf3 -w``; 0: TCP's own autotuning).
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
@@ -175,7 +179,8 @@ class Replayer:
                  on_done: Optional[Callable[[FlowResult], None]] = None,
                  events: Sequence[Tuple[float, Callable[["Replayer"], None]]] = (),
                  agent_hosts: Sequence[str] = (),
-                 on_moved: Optional[Callable[[str, str], None]] = None):
+                 on_moved: Optional[Callable[[str, str], None]] = None,
+                 window_bytes: int = 0):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -186,6 +191,7 @@ class Replayer:
         self.events = sorted(events, key=lambda event: event[0])
         self.agent_hosts = tuple(agent_hosts)
         self.on_moved = on_moved
+        self.window_bytes = window_bytes
         self.t0 = 0.0
         self._ports: Dict[str, int] = {}
         # Replay state, shared by the loop and the event callbacks.
@@ -251,7 +257,7 @@ class Replayer:
             lambda: events.put({"event": "listening", "id": fid}))
         spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
                           reverse=True, rate_mbps=flow.rate_mbps or 0.0,
-                          congestion=self.bed.congestion)
+                          congestion=self.bed.congestion, window_bytes=self.window_bytes)
         self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec)})
         self._armed.add(fid)
 
@@ -268,11 +274,14 @@ class Replayer:
              ) -> Optional[str]:
         """Send flow ``fid`` between other hosts; returns the id that now carries it.
 
-        A flow not armed yet just changes hosts.  An armed or running one is
-        cancelled (its result says "moved") and a new flow ``<fid>~m<n>``
-        sends all its bytes again from now, as a transfer restarted on
-        another NIC port would; flows that waited for it wait for the new
-        one.  A finished flow stays as it is (None).  Only from the replay
+        A flow not armed yet just changes hosts.  An armed one is cancelled
+        (its result says "moved", its processes go) and a new flow
+        ``<fid>~m<n>`` takes its place between the new hosts; flows that
+        waited for it wait for the new one.  A running one is resent in full
+        from now, as a transfer restarted on another NIC port would; one
+        armed but not started keeps its start condition (due time and the
+        flows it follows), so that a move never makes a later flow due
+        early.  A finished flow stays as it is (None).  Only from the replay
         loop: an event callback.
         """
         if fid in self._done:
@@ -295,10 +304,12 @@ class Replayer:
         result.start, result.end = self._fired.get(fid, now), now
         self._done.add(fid)
         self._moved.add(fid)
-        self.flows[new_id] = dataclasses.replace(flow, id=new_id, src=src, dst=dst, after=(),
-                                                 at_s=now - self.t0)
+        if self.started(fid):
+            flow = dataclasses.replace(flow, after=(), at_s=now - self.t0)
+        self.flows[new_id] = dataclasses.replace(flow, id=new_id, src=src, dst=dst)
         self.results[new_id] = FlowResult(new_id, src, dst, flow.bytes, flow.step, flow.group)
-        self._order.append(new_id)
+        # Beside the flow it replaces: the loop asks the gate in this order.
+        self._order.insert(self._order.index(fid) + 1, new_id)
         for other_id, other in list(self.flows.items()):
             if fid in other.after:
                 self.flows[other_id] = dataclasses.replace(
@@ -306,6 +317,10 @@ class Replayer:
         if self.on_moved:
             self.on_moved(fid, new_id)
         return new_id
+
+    def started(self, fid: str) -> bool:
+        """Whether flow ``fid`` has been told to go (it may have ended since)."""
+        return fid in self._fired
 
     # ------------------------------------------------------------ the loop
     def run(self) -> List[FlowResult]:
@@ -324,6 +339,7 @@ class Replayer:
             for agent in self._agents.values():
                 if not agent.ready.wait(AGENT_START_TIMEOUT_S):
                     raise RuntimeError(f"host agent on {agent.host} did not start")
+            self._arm_first_wave()
             self.t0 = time.time()
             pending_events = list(self.events)
 
@@ -399,6 +415,38 @@ class Replayer:
             for server in self._servers.values():
                 reap(server)
         return [results[fid] for fid in self._order]
+
+    def _arm_first_wave(self) -> None:
+        """Arm the flows the replay's first ``ARM_AHEAD_S`` hold and wait until
+        every one has its server listening and its client forked.
+
+        The clock starts after that.  Dozens of helper processes starting
+        together took 0.05-0.2 s here, varying from one replay to the next;
+        with the clock already running, the first flows would start that much
+        late and carry the offset down the whole stream (a D's later
+        requests wait for its first ones), which the emulated system does
+        not have.
+        """
+        first = [fid for fid in self._order
+                 if not self.flows[fid].after and self.flows[fid].at_s < ARM_AHEAD_S]
+        for fid in first:
+            self._arm(fid)
+        waiting_servers, waiting_clients = set(first), set(first)
+        deadline = time.time() + AGENT_START_TIMEOUT_S
+        while waiting_servers or waiting_clients:
+            try:
+                event = self._events.get(timeout=max(0.0, deadline - time.time()))
+            except queue.Empty:
+                raise RuntimeError(f"{len(waiting_servers | waiting_clients)} of the first "
+                                   f"{len(first)} flows were not ready in "
+                                   f"{AGENT_START_TIMEOUT_S:.0f} s") from None
+            if event["event"] == "listening":
+                self._listening.add(event["id"])
+                waiting_servers.discard(event["id"])
+                continue
+            if event["event"] == "armed":
+                waiting_clients.discard(event["id"])
+            self._on_event(event, self.results, self._done)
 
     def _on_event(self, event: dict, results: Dict[str, FlowResult], done: set) -> None:
         kind = event["event"]

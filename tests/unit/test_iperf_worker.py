@@ -1,5 +1,6 @@
 """iperf3 client settings that shape what reaches the links (no root)."""
 
+import ctypes
 import shutil
 
 import pytest
@@ -34,3 +35,14 @@ def test_a_byte_count_client_gets_the_exact_block_unless_one_is_given():
         == 104167
     assert build_client(ClientSpec("127.0.0.1", 5999, bytes=312500, blksize=8192)).blksize \
         == 8192
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs libiperf")
+def test_a_window_sets_the_tests_socket_buffers_and_none_leaves_them_autotuned():
+    def bufsize(spec):
+        client = build_client(spec)
+        client.lib.iperf_get_test_socket_bufsize.argtypes = (ctypes.c_void_p,)
+        return client.lib.iperf_get_test_socket_bufsize(client._test)
+
+    assert bufsize(ClientSpec("127.0.0.1", 5999, bytes=312500, window_bytes=14480)) == 14480
+    assert bufsize(ClientSpec("127.0.0.1", 5999, bytes=312500)) == 0

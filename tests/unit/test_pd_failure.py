@@ -100,6 +100,7 @@ class _Replayer:
         self.t0 = 0.0
         self.done = set(done)
         self.unarmed = {"g"}
+        self.running = {"a", "f"}
         self.calls = []
         self.posted = queue.Queue()
 
@@ -108,6 +109,9 @@ class _Replayer:
 
     def run_posted(self):
         self.posted.get(timeout=5)(self)
+
+    def started(self, fid):
+        return fid in self.running
 
     def move(self, fid, src, dst):
         self.calls.append((fid, src, dst))
@@ -122,7 +126,8 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
              SimpleNamespace(id="c", src="h3", dst="h4"),    # elsewhere: untouched
              SimpleNamespace(id="d", src="h5", dst="h6"),    # GPU cut off: stranded
              SimpleNamespace(id="f", src="h7", dst="h1"),    # already done
-             SimpleNamespace(id="g", src="h1", dst="h8")]    # not armed yet: rehosted
+             SimpleNamespace(id="g", src="h1", dst="h8"),    # not armed yet: rehosted
+             SimpleNamespace(id="h", src="h1", dst="h3")]    # armed, not started: rehosted
     bed = _Bed()
     event = pf.ToRFailure(bed, "s1", {"h1": "h2", "h5": None})
     replayer = _Replayer(flows, done={"f"})
@@ -134,9 +139,10 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     replayer.run_posted()
     event.finish()
     assert event.noticed_s == 0.05
-    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h8")]
-    assert event.moved == ["a"], "a finished flow is not counted as moved"
-    assert event.rehosted == ["g"]
+    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h8"),
+                              ("h", "h2", "h3")]
+    assert event.moved == ["a"], "only a running flow is resent; a finished one stays"
+    assert event.rehosted == ["g", "h"], "a flow not started yet starts from the new port"
     assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"
 
 
@@ -167,11 +173,11 @@ def test_repeats_sum_counts_average_figures_and_keep_the_spread():
     rows = [{**same, "moved_flows_count": 3, "served_count": 8,
              "nic_ports_failed_over_count": 4, "control_notice_ms": 100.0,
              "throughput_degradation_pct": -2.0, "text_degradation_pct": 2.8,
-             "mechanism": "m"},
+             "mechanism": "m", "kv_window_bytes": 14480},
             {**same, "moved_flows_count": 5, "served_count": 8,
              "nic_ports_failed_over_count": 4, "control_notice_ms": 200.0,
              "throughput_degradation_pct": 6.0, "text_degradation_pct": 2.8,
-             "mechanism": "m"}]
+             "mechanism": "m", "kv_window_bytes": 14480}]
     row = pf.summarize_repeats(rows)
     assert row["moved_flows_count"] == 8 and row["served_count"] == 16
     assert row["nic_ports_failed_over_count"] == 4 and row["text_degradation_pct"] == 2.8
@@ -182,3 +188,5 @@ def test_repeats_sum_counts_average_figures_and_keep_the_spread():
     assert row["repeats_count"] == 2 and row["mechanism"] == "m"
     notes = pf.notes([row])
     assert "8 KV flows moved in 2 run(s)" in notes[1] and "-2.0% to +6.0%" in notes[1]
+    assert row["kv_window_bytes"] == 14480, "the window is kept, not summed"
+    assert any("window was bounded (bytes: zcube 14480)" in line for line in notes)

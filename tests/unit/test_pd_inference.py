@@ -17,8 +17,8 @@ def test_the_three_scenarios_share_one_definition_of_each_common_setting():
     assert list(pd.FIELDS) == [
         "fabrics", "workload", "requests", "rate_per_s", "seed", "tp", "placement", "tile",
         "pairing", "path_strategy", "d_credits", "path_credits", "prefill_ms_per_ktoken",
-        "cost_gpus", "cost_radix", "lane_threshold_gb", "lane_capacity", "lane_when_busy",
+        "kv_window", "cost_gpus", "cost_radix", "lane_threshold_gb", "lane_capacity", "lane_when_busy",
         "link_capture", "lock_wait_s"]
     for fields in (pd.FIELDS, pd_failure.FIELDS, pd_pairing.FIELDS):
-        for key in ("workload", "seed", "tp", "placement", "tile", "lock_wait_s"):
+        for key in ("workload", "seed", "tp", "placement", "tile", "lock_wait_s", "kv_window"):
             assert fields[key] is pd_setup.FIELDS[key], key

@@ -39,6 +39,20 @@ def test_dag_order_bytes_and_receiver_side_end(tmp_path):
         assert BASE_PORT <= row.sport < BASE_PORT + 100 and row.dport >= low, row
 
 
+
+def test_a_window_reaches_every_flows_sockets_moved_ones_too(tmp_path):
+    bed = LoopbackBed(["a", "b", "c"])
+    dag = FlowDag([Flow("f1", "a", "b", 100_000), Flow("f2", "a", "c", 100_000, at_s=0.5)])
+    replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", window_bytes=14480,
+                        events=[(0.0, lambda player: player.move("f2", src="b"))])
+    results = {r.id: r for r in replayer.run()}
+    sent = [r for r in results.values() if r.status == "ok"]
+    assert [r.id for r in sent] == ["f1", "f2~m1"], results
+    assert [r.window_bytes for r in sent] == [14480, 14480], results
+    plain = Replayer(LoopbackBed(["a", "b"]), FlowDag([Flow("f", "a", "b", 100_000)]), 1000.0,
+                     tmp_path / "plain").run()
+    assert plain[0].window_bytes == 0
+
 def test_gate_holds_flows_until_on_done_releases_credit(tmp_path):
     bed = LoopbackBed(["p1", "p2", "p3", "d"])
     running, peak, log = set(), [0], []
@@ -97,6 +111,29 @@ def test_event_moves_a_running_flow_and_an_unarmed_one_to_other_hosts(tmp_path):
     assert "slow" not in {r.id for r in finished}, "a moved flow must not be reported done"
     assert sorted(r.id for r in finished) == ["after-slow", "later", "quick", "slow~m1"]
 
+
+
+def test_a_move_keeps_an_armed_flows_due_time_and_resends_a_running_one_now(tmp_path):
+    """A failure must not make a later transfer due early: an armed flow that
+    has not started keeps its time (and its place in the gate's queue)."""
+    bed = LoopbackBed(["a", "a2", "b"])
+    moved = {}
+
+    def fail_a(replayer):
+        moved["running"] = (replayer.started("slow"), replayer.move("slow", src="a2"))
+        moved["armed"] = (replayer.started("due"), replayer.move("due", src="a2"))
+
+    dag = FlowDag([Flow("slow", "a", "b", 2_000_000, rate_mbps=16.0),
+                   Flow("due", "a", "b", 20_000, at_s=1.5)])
+    replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", events=[(0.4, fail_a)],
+                        agent_hosts=["a2"])
+    results = {r.id: r for r in replayer.run()}
+    assert moved == {"running": (True, "slow~m1"), "armed": (False, "due~m1")}
+    assert results["due"].status == "moved" and results["due~m1"].status == "ok"
+    assert results["due~m1"].start >= replayer.t0 + 1.5, "it stays due at 1.5 s"
+    assert results["slow~m1"].start < replayer.t0 + 1.0, "the running one restarts at once"
+    assert list(results)[:4] == ["slow", "slow~m1", "due", "due~m1"], \
+        "a replacement sits beside the flow it replaces"
 
 def test_a_flow_after_a_pause_is_armed_only_when_near_due(tmp_path, monkeypatch):
     """The next step of a collective is armed while its predecessor runs; the
@@ -201,3 +238,30 @@ def test_the_gate_hears_of_flows_in_the_order_they_are_due_not_as_servers_start(
     assert asked[0] == "first", f"the gate was asked {asked}"
     assert results["second"].start >= results["first"].end - 0.05, \
         "the flow due first got the credit although its server listened later"
+
+
+def test_the_clock_starts_once_the_first_waves_processes_are_ready(tmp_path):
+    """Helper processes starting together must not delay the first flows: the
+    flows due within ARM_AHEAD_S are armed, and listening, before t0."""
+    bed = LoopbackBed(["a", "b", "c"])
+    dag = FlowDag([Flow("now", "a", "b", 20_000), Flow("soon", "b", "c", 20_000, at_s=0.5),
+                   Flow("later", "c", "a", 20_000, at_s=2.5),
+                   Flow("next", "a", "c", 20_000, after=("now",))])
+    player = Replayer(bed, dag, 1000.0, tmp_path / "flows")
+    armed_at, listening_at_t0 = {}, []
+    arm, first_wave = player._arm, player._arm_first_wave
+
+    def record(fid):
+        armed_at[fid] = time.time()
+        arm(fid)
+
+    def wave():
+        first_wave()
+        listening_at_t0.extend(sorted(player._listening))
+
+    player._arm, player._arm_first_wave = record, wave
+    results = {r.id: r for r in player.run()}
+    assert all(r.status == "ok" for r in results.values()), results
+    assert listening_at_t0 == ["now", "soon"]
+    assert max(armed_at["now"], armed_at["soon"]) < player.t0 < armed_at["later"]
+    assert armed_at["next"] > player.t0, "a flow that follows others is not in the first wave"
