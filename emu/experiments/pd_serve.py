@@ -73,9 +73,9 @@ def kv_window_bytes(bed, planned: Sequence[Planned], rule: str,
     """Each KV flow's window on ``bed`` under ``rule`` (`traffic.kvwindow`): every
     flow of the streams one D admits fits in one of the testbed's egress queues.
     Without credits the rule counts the text's smallest D limit."""
-    flows_per_request = max((len(x.transfer.dag.flows) for x in planned), default=1)
+    flows_per_request = max([1] + [len(x.transfer.dag.flows) for x in planned])
     return kvwindow.window_bytes(rule, bed.queue_packets, bed.mtu,
-                                 d_credits or TEXT_D_CREDITS[0], max(1, flows_per_request))
+                                 d_credits or TEXT_D_CREDITS[0], flows_per_request)
 
 
 def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: Optional[int],

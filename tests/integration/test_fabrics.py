@@ -18,10 +18,12 @@ import pytest
 from emu.experiments.base import host_gbps
 from emu.experiments.lab import connected_host_sets
 from traffic.scale import Scale
+from emu.live.replay import Replayer
 from emu.live.testbed import Testbed
 from tests.integration.utils import assert_no_leftovers
 from topologies import registry, routing
 from topologies.fabric import EPS, HOST, OCS
+from traffic.flows import Flow, FlowDag
 
 pytestmark = pytest.mark.require_root
 
@@ -151,11 +153,6 @@ def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path)
     """Kernel routers hash a forwarded flow's five-tuple, so the path reported
     for a flow (and its shared links, and the fidelity check) is the one its
     packets took; a hash carried from the sending socket would pick at random."""
-    from pathlib import Path
-
-    from emu.live.replay import Replayer
-    from traffic.flows import Flow, FlowDag
-
     fabric = registry.build("zcube,n=4,gpus_per_server=2")
     scale = Scale.from_rates(host_gbps(fabric), 20.0, tdf=1.0)
     # h11 sits on A_1 and h19 on A_2: four equal paths, one through each B switch.
@@ -168,12 +165,12 @@ def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path)
         for number in range(8):
             before = port_tx(bed, first_hop)
             result = Replayer(bed, FlowDag([Flow("f", src, dst, 300_000)]), 20.0,
-                              Path(tmp_path / f"flow{number}")).run()[0]
+                              tmp_path / f"flow{number}").run()[0]
             after = port_tx(bed, first_hop)
             assert result.status == "ok", result
             busiest = max(after, key=lambda port: after[port] - before.get(port, 0))
-            told_ports = bed.flow_paths([result])[1][0]
-            path = bed.flow_paths([result])[0][0]
+            paths, ports = bed.flow_paths([result])
+            path, told_ports = paths[0], ports[0]
             hop = path.index(first_hop)
             assert told_ports[hop] == busiest, \
                 f"flow {result.sport}->{result.dport}: told {path}, sent out of port {busiest}"
