@@ -120,7 +120,8 @@ def lab(scenario, out: Path, script: Optional[str]) -> int:
         settings = scenario.config["testbed"]
         with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli",
                      dataplane=dataplane_of(scenario).dataplane,
-                     congestion=settings["congestion"]) as bed:
+                     congestion=settings["congestion"],
+                     ecmp_seed=settings["ecmp_seed"]) as bed:
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"{fabric.name}: {len(fabric.hosts)} hosts; type help, or exit to leave")
             FabricCLI(bed, script=script)
@@ -186,7 +187,8 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
     settings = scenario.config["testbed"]
     series = TestbedSeries(run_dir, f"emu.run {scenario.name}",
                            dataplane=dataplane_of(scenario).dataplane,
-                           congestion=settings["congestion"])
+                           congestion=settings["congestion"],
+                           ecmp_seed=settings["ecmp_seed"])
     ctx = Context(scenario, fabric, scale, run_dir, testbeds=series)
     try:
         if experiment.network is Network.SERIES:

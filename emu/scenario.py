@@ -54,6 +54,10 @@ COMMON: Schema = {
         "congestion": Field(str, "cubic", "TCP congestion control of every flow (the "
                             "machine's default would leak in otherwise); dctcp only where "
                             "the kernel has it", choices=list(dataplane.CONGESTION_CONTROLS)),
+        "ecmp_seed": Field(int, 1, "draws every flow's TCP ports and the kernel routers' "
+                           "multipath hash key, so a run's ECMP paths repeat and another "
+                           "seed draws others; 0: the kernel's (ephemeral ports, a random "
+                           "key per boot)", minimum=0, maximum=2**31 - 1),
     },
     "fidelity": {
         "saturation_pct": Field(float, 90.0, "CPU share that counts as saturated",

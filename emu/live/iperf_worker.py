@@ -5,11 +5,13 @@ namespace, so clients run in processes started in the Mininet host: either
 one per flow (this module's command line) or forked by a per-host agent
 (``emu.live.host_agent``), which keeps Python start-up off the CPU budget.
 
-Four settings the wrapper does not expose are set through its own libiperf
+Settings the wrapper does not expose are set through its own libiperf
 handle: the byte count (``-n``), the pacing timer, the TCP congestion control
-(``-C``; the client passes it to the server, which sends in reverse mode)
-and the kernel's pacing of a TCP socket (``--fq-rate``: smooth, where
-iperf3's own ``-b`` sends in bursts).  Interval reports are
+(``-C``; the client passes it to the server, which sends in reverse mode),
+the kernel's pacing of a TCP socket (``--fq-rate``: smooth, where
+iperf3's own ``-b`` sends in bursts), the socket buffers (``-w``) and the
+data stream's client port (``--cport``: a port drawn from the run's ECMP
+seed, `emu.live.ports`).  Interval reports are
 switched off, so that the JSON the wrapper captures through a pipe stays
 small however long the flow.
 
@@ -20,7 +22,7 @@ machine whose other core forwards every packet.
 
     python -m emu.live.iperf_worker --dst IP --port P (--bytes N | --duration S)
            [--reverse] [--udp] [--rate-mbps R] [--blksize B] [--pacing-us U]
-           [--congestion CC] [--fq-rate-mbps R] [--wait-go]
+           [--congestion CC] [--fq-rate-mbps R] [--cport P] [--wait-go]
     prints {"armed": true}; with --wait-go waits for a line on stdin; runs;
     prints {"start": epoch, "end": epoch, "result": <iperf3 JSON>}
 """
@@ -87,13 +89,14 @@ class ClientSpec:
     congestion: str = ""
     fq_rate_mbps: float = 0.0     # TCP: the kernel paces the socket (SO_MAX_PACING_RATE)
     window_bytes: int = 0         # TCP: both ends' socket buffers (iperf3 -w); 0: autotuned
+    cport: int = 0                # the data stream's client port (iperf3 --cport); 0: kernel's
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
 
 def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "",
-                     fq_rate_mbps: float = 0.0, window_bytes: int = 0) -> None:
+                     fq_rate_mbps: float = 0.0, window_bytes: int = 0, cport: int = 0) -> None:
     lib, test = client.lib, client._test
     lib.iperf_set_test_reporter_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
     lib.iperf_set_test_stats_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
@@ -114,6 +117,11 @@ def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "
         # receiver, whose buffer bounds the window it advertises.
         lib.iperf_set_test_socket_bufsize.argtypes = (ctypes.c_void_p, ctypes.c_int)
         lib.iperf_set_test_socket_bufsize(test, window_bytes)
+    if cport:
+        # Only the data stream binds it; the control connection keeps an
+        # ephemeral port (libiperf dials it with none).
+        lib.iperf_set_test_bind_port.argtypes = (ctypes.c_void_p, ctypes.c_int)
+        lib.iperf_set_test_bind_port(test, cport)
     if congestion:
         # libiperf keeps the pointer: the buffer lives as long as the client.
         client._congestion = ctypes.create_string_buffer(congestion.encode())
@@ -138,7 +146,7 @@ def build_client(spec: ClientSpec):
     # With a byte count the test must have no duration, as `iperf3 -n` does.
     client.duration = 0 if spec.bytes else max(1, int(spec.duration))
     _libiperf_extras(client, spec.bytes, spec.pacing_us, spec.congestion, spec.fq_rate_mbps,
-                     spec.window_bytes)
+                     spec.window_bytes, spec.cport)
     # The data stream's DSCP puts it in the links' data queue; the control
     # connection, without one, rides the signalling class (emu.live.shaping).
     client.lib.iperf_set_test_tos.argtypes = (ctypes.c_void_p, ctypes.c_int)
@@ -181,6 +189,8 @@ def parse_args(argv) -> argparse.Namespace:
     parser.add_argument("--congestion", default="", help="TCP congestion control (iperf3 -C)")
     parser.add_argument("--fq-rate-mbps", type=float, default=0.0,
                         help="TCP: the kernel paces the socket at this rate (iperf3 --fq-rate)")
+    parser.add_argument("--cport", type=int, default=0,
+                        help="the data stream's client port (iperf3 --cport); 0: the kernel's")
     parser.add_argument("--wait-go", action="store_true", help="wait for a line on stdin")
     return parser.parse_args(argv)
 

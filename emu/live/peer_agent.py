@@ -20,9 +20,11 @@ either).  The receiver times the flow's last byte; the sender its first
 write, so a flow's time includes any wait behind the one before it.
 
 Protocol, JSON lines: stdin ``{"op": "flow", "id": ID, "dst": IP, "port": P,
-"bytes": N, "after": [IDS], "delay_s": S, "t0": EPOCH}`` (send it: at
-``t0 + delay_s`` if it waits for nothing, else ``delay_s`` after the last of
-``after`` arrived), ``{"op": "done", "id": ID, "end": EPOCH}`` (a flow this
+"sport": P, "bytes": N, "after": [IDS], "delay_s": S, "t0": EPOCH}`` (send
+it: at ``t0 + delay_s`` if it waits for nothing, else ``delay_s`` after the
+last of ``after`` arrived; the connection to the peer, opened by the first
+flow to it, binds ``sport`` when not 0: a port drawn from the run's ECMP
+seed, `emu.live.ports`), ``{"op": "done", "id": ID, "end": EPOCH}`` (a flow this
 host did not receive has arrived), ``{"op": "quit"}``; stdout
 ``{"event": "ready"}``, ``{"event": "started", "id": ID, "start": EPOCH,
 "sport": P, "dport": P}``, ``{"event": "written", "id": ID, "retransmits":
@@ -150,11 +152,19 @@ class Agent:
                 self.emit({"event": "received", "id": flow_id, "end": end, "bytes": total})
 
     # ------------------------------------------------------------ sending
-    def connection(self, ip: str, port: int) -> Tuple[socket.socket, threading.Lock]:
-        """The kept connection to a peer's agent, opened on first use."""
+    def connection(self, ip: str, port: int, sport: int = 0
+                   ) -> Tuple[socket.socket, threading.Lock]:
+        """The kept connection to a peer's agent, opened on first use (from local
+        port ``sport``, or one the kernel picks)."""
         with self._peers_lock:
             if (ip, port) not in self._peers:
                 sock = data_socket(self.congestion)
+                if sport:
+                    # The last run's connection may still be in TIME_WAIT here;
+                    # with SO_REUSEADDR the kernel lets a bound port take over
+                    # its four-tuple (TCP timestamps tell the two apart).
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind(("0.0.0.0", sport))
                 sock.settimeout(CONNECT_TIMEOUT_S)
                 sock.connect((ip, port))
                 sock.settimeout(None)
@@ -179,7 +189,7 @@ class Agent:
         flow_id = command["id"]
         peer = (command["dst"], int(command["port"]))
         try:
-            sock, lock = self.connection(*peer)
+            sock, lock = self.connection(*peer, sport=int(command.get("sport", 0)))
             after, delay_s, t0 = command.get("after", []), float(command.get("delay_s", 0.0)), \
                 float(command.get("t0", 0.0))
             with self._state:

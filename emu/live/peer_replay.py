@@ -22,8 +22,9 @@ from __future__ import annotations
 import queue
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
+from emu.live.ports import PortBook
 from emu.live.replay import MIN_FLOW_TIMEOUT_S, AgentProcess, FlowResult
 from traffic.flows import FlowDag
 
@@ -83,6 +84,18 @@ class PeerReplayer:
                     listeners[dep.id].add(flow.src)
         return listeners
 
+    def source_ports(self, order: List[str]) -> Dict[Tuple[str, str], int]:
+        """The local port of each kept connection (source, destination): drawn
+        from the testbed's ECMP seed by the pair, in plan order, so that a pair's
+        connection takes the same ECMP path in every run of one seed
+        (`emu.live.ports`); 0, the kernel's pick, for seed 0."""
+        book, flows, sports = PortBook(self.bed.ecmp_seed), self.dag.by_id(), {}
+        for fid in order:
+            pair = (flows[fid].src, flows[fid].dst)
+            if pair not in sports:
+                sports[pair] = book.client(pair[0], f"peer/{pair[0]}>{pair[1]}")
+        return sports
+
     def run(self) -> List[FlowResult]:
         flows = self.dag.by_id()
         order = [f.id for f in self.dag.topological_order()]
@@ -99,11 +112,13 @@ class PeerReplayer:
             for agent in agents.values():
                 if not agent.ready.wait(AGENT_START_TIMEOUT_S):
                     raise RuntimeError(f"peer agent on {agent.host} did not start")
+            sports = self.source_ports(order)
             self.t0 = time.time()
             for fid in order:
                 flow = flows[fid]
                 agents[flow.src].send({"op": "flow", "id": fid, "dst": agents[flow.dst].ip,
-                                       "port": AGENT_PORT, "bytes": flow.bytes,
+                                       "port": AGENT_PORT, "sport": sports[flow.src, flow.dst],
+                                       "bytes": flow.bytes,
                                        "after": list(flow.after), "delay_s": flow.at_s,
                                        "t0": self.t0})
             stall_s = self._stall_s()

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from emu.live import state
+from emu.live.ports import PortBook
 from traffic.flows import Flow, FlowDag
 from emu.live.iperf_worker import SERVER_READY, ClientSpec, server_command
 
-BASE_PORT = 5201
 MIN_FLOW_TIMEOUT_S = 30.0
 AGENT_START_TIMEOUT_S = 30.0
 ARM_AHEAD_S = 2.0
@@ -171,6 +171,10 @@ class Replayer:
     hears of the cancelled one): a gate frees what the old one held.
     ``window_bytes`` bounds every flow's TCP window (both ends' socket
     buffers, as ``iperf3 -w``; 0: TCP's own autotuning).
+    Every flow's server and client ports come from ``ports`` (a fresh book
+    of the testbed's ECMP seed by default; replayers running side by side
+    share one), drawn by ``port_key`` + the flow's id, so a flow takes the
+    same ECMP path in every replay of one seed (`emu.live.ports`).
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
@@ -180,7 +184,8 @@ class Replayer:
                  events: Sequence[Tuple[float, Callable[["Replayer"], None]]] = (),
                  agent_hosts: Sequence[str] = (),
                  on_moved: Optional[Callable[[str, str], None]] = None,
-                 window_bytes: int = 0):
+                 window_bytes: int = 0, ports: Optional[PortBook] = None,
+                 port_key: str = ""):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -193,7 +198,9 @@ class Replayer:
         self.on_moved = on_moved
         self.window_bytes = window_bytes
         self.t0 = 0.0
-        self._ports: Dict[str, int] = {}
+        self.ports = ports if ports is not None else PortBook(bed.ecmp_seed)
+        self.port_key = port_key
+        self._port_of: Dict[str, Tuple[int, int]] = {}    # flow -> (server, client) port
         # Replay state, shared by the loop and the event callbacks.
         self.flows: Dict[str, Flow] = {}
         self.results: Dict[str, FlowResult] = {}
@@ -207,11 +214,11 @@ class Replayer:
         self._listening: set = set()
         self._admitted: set = set()      # due flows the gate let through
         self._moved: set = set()
+        self._aborts: List[subprocess.Popen] = []
 
-    def _next_port(self, host: str) -> int:
-        port = self._ports.get(host, BASE_PORT)
-        self._ports[host] = port + 1
-        return port
+    def _take_ports(self, fid: str) -> None:
+        flow, key = self.flows[fid], self.port_key + fid
+        self._port_of[fid] = (self.ports.server(flow.src, key), self.ports.client(flow.dst, key))
 
     def _ip(self, host: str) -> str:
         return self.bed.fabric.graph.nodes[host]["ip"]
@@ -250,12 +257,14 @@ class Replayer:
 
     def _arm(self, fid: str) -> None:
         flow = self.flows[fid]
-        port = self._next_port(flow.src)
+        if fid not in self._port_of:
+            self._take_ports(fid)       # a flow moved to other hosts
+        port, cport = self._port_of[fid]
         events = self._events
         self._servers[fid] = start_server(
             self.bed, flow.src, self._ip(flow.src), port, fid,
             lambda: events.put({"event": "listening", "id": fid}))
-        spec = ClientSpec(dst=self._ip(flow.src), port=port, bytes=flow.bytes,
+        spec = ClientSpec(dst=self._ip(flow.src), port=port, cport=cport, bytes=flow.bytes,
                           reverse=True, rate_mbps=flow.rate_mbps or 0.0,
                           congestion=self.bed.congestion, window_bytes=self.window_bytes)
         self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec)})
@@ -291,12 +300,15 @@ class Replayer:
         if fid not in self._armed:
             self.flows[fid] = dataclasses.replace(flow, src=src, dst=dst)
             self.results[fid].src, self.results[fid].dst = src, dst
+            self._port_of.pop(fid, None)    # its ports were taken on the old hosts
             return fid
         now = time.time()
         self._agents[flow.dst].send({"op": "cancel", "id": fid})
         server = self._servers.pop(fid, None)
         if server is not None:
             reap(server, grace_s=1.0)
+        if self.started(fid):
+            self._abort_connections(flow)
         count = sum(1 for other in self.flows if other.startswith(fid + "~m")) + 1
         new_id = f"{fid}~m{count}"
         result = self.results[fid]
@@ -318,6 +330,23 @@ class Replayer:
             self.on_moved(fid, new_id)
         return new_id
 
+    def _abort_connections(self, flow: Flow) -> None:
+        """Destroy a cancelled flow's TCP connections at both ends (``ss -K``,
+        in the background).
+
+        Its processes go, but not their sockets: behind a failed port each
+        end's kernel resends its FIN into the dead link for minutes and keeps
+        the flow's four-tuple, which the next replay of the same ECMP seed
+        takes again; there the new connection met the old one (refused, or
+        thousands of retransmissions).  A failed-over transfer's connection
+        is gone for good, as an RDMA queue pair on a failed port is.
+        """
+        server = f"{self._ip(flow.src)}:{self._port_of[flow.id][0]}"
+        for host, side in ((flow.src, "src"), (flow.dst, "dst")):
+            self._aborts.append(self.bed.popen(
+                host, ["ss", "-K", "-t", "-n", side, server], f"ss -K {flow.id}",
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
     def started(self, fid: str) -> bool:
         """Whether flow ``fid`` has been told to go (it may have ended since)."""
         return fid in self._fired
@@ -331,6 +360,8 @@ class Replayer:
         self._order = [f.id for f in self.dag.topological_order()]
         self.results = {fid: FlowResult(fid, f.src, f.dst, f.bytes, f.step, f.group)
                         for fid, f in self.flows.items()}
+        for fid in self._order:         # in plan order: the same ports every run
+            self._take_ports(fid)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         flows, results, fired, done = self.flows, self.results, self._fired, self._done
         try:
@@ -414,6 +445,8 @@ class Replayer:
                 agent.stop()
             for server in self._servers.values():
                 reap(server)
+            for abort in self._aborts:
+                reap(abort)
         return [results[fid] for fid in self._order]
 
     def _arm_first_wave(self) -> None:

@@ -35,38 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from emu.live.replay import BASE_PORT, FlowResult, Replayer
+from emu.live.ports import PortBook
+from emu.live.replay import FlowResult, Replayer
 
 RECONFIG_TIMEOUT_S = 120.0
-MAX_PORT = 65000
-
-
-class PortAllocator:
-    """iperf3 ports per host, shared by concurrent replayers (never reused in a run)."""
-
-    def __init__(self, base: int = BASE_PORT, top: int = MAX_PORT):
-        self.base, self.top = base, top
-        self._next: Dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def next(self, host: str) -> int:
-        with self._lock:
-            port = self._next.get(host, self.base)
-            if port > self.top:
-                raise RuntimeError(f"{host}: no iperf3 port left in {self.base}..{self.top}")
-            self._next[host] = port + 1
-            return port
-
-
-class PhaseReplayer(Replayer):
-    """A `Replayer` that takes its ports from a shared `PortAllocator`."""
-
-    def __init__(self, *args, ports: PortAllocator, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.ports = ports
-
-    def _next_port(self, host: str) -> int:
-        return self.ports.next(host)
 
 
 @dataclass
@@ -184,12 +156,13 @@ class IterationRunner:
 
     def __init__(self, bed, schedule, work_dir: Path, expected_mbps: float,
                  optimizer_s: float = 0.0, proxy=None, log: Callable[[str], None] = print,
-                 replayer=PhaseReplayer):
+                 replayer=Replayer):
         self.bed, self.schedule, self.work_dir = bed, schedule, Path(work_dir)
-        self.replayer = replayer          # (bed, dag, mbps, work_dir, ports=) -> .run()
+        self.replayer = replayer  # (bed, dag, mbps, work_dir, ports=, port_key=) -> .run()
         self.expected_mbps, self.optimizer_s = expected_mbps, optimizer_s
         self.proxy, self.log = proxy, log
-        self.ports = PortAllocator()
+        # One book for the phases that run side by side: no port twice on a host.
+        self.ports = PortBook(bed.ecmp_seed)
         self.base = 0.0
         self.iterations: List[IterationRun] = []
         self._proxy_lock = threading.Lock()
@@ -237,7 +210,8 @@ class IterationRunner:
             run.start = time.time()
             replayer = self.replayer(self.bed, phase.dag, self.expected_mbps,
                                      self.work_dir / f"i{run.iteration}" / phase.name,
-                                     ports=self.ports)
+                                     ports=self.ports,
+                                     port_key=f"i{run.iteration}/{phase.name}/")
             run.flows = replayer.run()
             run.end = time.time()
             bad = [f for f in run.flows if f.status != "ok"]

@@ -57,10 +57,11 @@ class TestbedSeries:
     __test__ = False
 
     def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print,
-                 dataplane: str = "auto", congestion: str = "cubic"):
+                 dataplane: str = "auto", congestion: str = "cubic", ecmp_seed: int = 1):
         self.run_dir = Path(run_dir)
         self.dataplane = dataplane
         self.congestion = congestion
+        self.ecmp_seed = ecmp_seed
         self.description = description
         self.log = log
         self.info: Dict = {}                 # datapath, netem, versions (from the first)
@@ -97,7 +98,8 @@ class TestbedSeries:
         description = self.description if label is None else f"{self.description} ({label})"
         bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
                                           description=description, dataplane=self.dataplane,
-                                          congestion=self.congestion), lock_wait_s)
+                                          congestion=self.congestion,
+                                          ecmp_seed=self.ecmp_seed), lock_wait_s)
         self._current = Recorded(label, fabric, scale, [])
         self._bed = bed
         try:

@@ -33,7 +33,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
-from emu.live import drops, hostroutes, ovs, shaping, state
+from emu.live import drops, hostroutes, ovs, ports, shaping, state
 from emu.live.waiting import wait_until
 from topologies.fabric import HOST, Fabric
 from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, machine_name
@@ -83,6 +83,9 @@ def _quiet_htb_quantum_warnings() -> None:
 # Mininet types commands into each node's shell through a pty, whose line
 # discipline cuts lines at 4096 characters: batches stay well below that.
 MAX_COMMAND_LINE = 3000
+#: Kernels before 6.11 have no settable multipath hash key: their routers
+#: hash with the boot's random one (`emu.live.ports`).
+MULTIPATH_SEED_SYSCTL = Path("/proc/sys/net/ipv4/fib_multipath_hash_seed")
 
 
 def _run_batch(node, commands, what: str) -> None:
@@ -145,10 +148,14 @@ class Testbed:
     def __init__(self, fabric: Fabric, scale: Scale, run_dir: Path,
                  log: Callable[[str], None] = print, description: str = "",
                  mtu: int = DEFAULT_MTU, dataplane: str = planes.AUTO,
-                 congestion: str = "cubic"):
+                 congestion: str = "cubic", ecmp_seed: int = 1):
         self.mtu = mtu
         self.asked_dataplane = dataplane
         self.congestion = congestion
+        # Flows' ports and the routers' multipath hash key come from it, so
+        # a run's ECMP paths repeat (`emu.live.ports`); 0: the kernel's own.
+        self.ecmp_seed = ecmp_seed
+        self.multipath_hash_seed: Optional[int] = None   # what the namespaces were given
         self.fabric = fabric
         self.scale = scale
         self.run_dir = Path(run_dir)
@@ -304,6 +311,7 @@ class Testbed:
         for host in self.net.hosts:
             _run_batch(host, [ovs.disable_offloads_cmd(i.name) + " >/dev/null"
                               for i in host.intfList()], "switch offloads off")
+        self._seed_ecmp()
         self._shape()
         if kind == planes.LINUX:
             self._attach_namespaces()
@@ -314,6 +322,30 @@ class Testbed:
         self.build_s = time.monotonic() - started
         self.log(f"network built: {len(self.net.hosts)} hosts, {len(self.net.switches)} switches, "
                  f"{len(self.net.links)} links in {self.build_s:.1f} s")
+
+    def _seed_ecmp(self) -> None:
+        """What a run's ECMP seed needs of the namespaces (`emu.live.ports`).
+
+        Every namespace that routes (hosts, kernel routers) gets the
+        multipath hash key drawn from the seed, where the kernel lets it be
+        set.  Hosts keep no TIME_WAIT (``tcp_max_tw_buckets=0``): a flow
+        takes the same four-tuple in every replay, and a client that closed
+        first would otherwise hold its port for 60 s, so that the next
+        replay's client could not bind it.  With seed 0 (ephemeral ports,
+        the boot's random key) nothing changes.
+        """
+        if self.ecmp_seed == ports.KERNEL_SEED:
+            return
+        key = ports.multipath_hash_seed(self.ecmp_seed)
+        keyed = MULTIPATH_SEED_SYSCTL.exists()
+        set_key = [f"sysctl -q -w net.ipv4.fib_multipath_hash_seed={key}"] if keyed else []
+        for host in self.net.hosts:
+            _run_batch(host, ["sysctl -q -w net.ipv4.tcp_max_tw_buckets=0"] + set_key,
+                       "seed ECMP")
+        for switch in (s for s in self.net.switches if s.inNamespace):
+            _run_batch(switch, set_key, "seed ECMP")
+        if keyed:
+            self.multipath_hash_seed = key
 
     def _namespace_pid(self, node) -> Optional[int]:
         return node.pid if node.inNamespace else None
@@ -500,6 +532,10 @@ class Testbed:
         return {"dataplane": plane.kind, "dataplane_reason": plane.choice.reason,
                 "datapath": plane.datapath, "netem": plane.netem,
                 "congestion_control": self.congestion,
+                "ecmp_seed": self.ecmp_seed,
+                # None: the kernel's own random key (seed 0, or a kernel
+                # without the setting; OVS hashes with a fixed one).
+                "multipath_hash_seed": self.multipath_hash_seed,
                 "versions": versions(plane.ovs.version if plane.ovs else "")}
 
     def dump_tables(self, directory: Path) -> None:

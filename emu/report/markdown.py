@@ -132,6 +132,8 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
         rows.append(("Data plane", datapath_text or "not recorded"))
         if result.get("congestion_control"):
             rows.append(("TCP congestion control", plain(result["congestion_control"])))
+        if "ecmp_seed" in result:
+            rows.append(("ECMP seed", _ecmp_text(result["ecmp_seed"])))
     else:
         rows.append(("Fabric", "none: this scenario builds no network (a calculation)"))
     if versions:
@@ -203,6 +205,14 @@ def _fidelity_section(result: dict) -> List[str]:
         if len(alone) > MAX_TABLE_ROWS:
             lines.append(f"\n... {len(alone) - MAX_TABLE_ROWS} more in {RESULT_FILE}.")
     return lines + _shared_links_lines(fidelity)
+
+
+def _ecmp_text(seed) -> str:
+    if seed == 0:
+        return "0: flows' ports and the routers' hash key were the kernel's (random per run)"
+    return (f"{plain(seed)}: every flow's ports (and the kernel routers' hash key) were "
+            "drawn from it, so each flow takes the same equal-cost path in every run of "
+            "this seed; another seed draws others")
 
 
 def _shared_links_lines(fidelity: dict) -> List[str]:

@@ -18,6 +18,7 @@ import pytest
 from emu.experiments.base import host_gbps
 from emu.experiments.lab import connected_host_sets
 from traffic.scale import Scale
+from emu.live.ports import multipath_hash_seed
 from emu.live.replay import Replayer
 from emu.live.testbed import Testbed
 from tests.integration.utils import assert_no_leftovers
@@ -149,26 +150,39 @@ def test_fabric_reachability_and_routes(name, tmp_path, dataplane):
     assert_no_leftovers()
 
 
-def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path):
-    """Kernel routers hash a forwarded flow's five-tuple, so the path reported
-    for a flow (and its shared links, and the fidelity check) is the one its
-    packets took; a hash carried from the sending socket would pick at random."""
-    fabric = registry.build("zcube,n=4,gpus_per_server=2")
-    scale = Scale.from_rates(host_gbps(fabric), 20.0, tdf=1.0)
+def _busiest_port(bed, switch, flow, work_dir):
+    """Replay ``flow`` alone; its result and the port of ``switch`` that sent most."""
+    before = port_tx(bed, switch)
+    result = Replayer(bed, FlowDag([flow]), 20.0, work_dir).run()[0]
+    after = port_tx(bed, switch)
+    assert result.status == "ok", result
+    return result, max(after, key=lambda port: after[port] - before.get(port, 0))
+
+
+def _four_path_pair(fabric):
     # h11 sits on A_1 and h19 on A_2: four equal paths, one through each B switch.
     src, dst = "h11", "h19"
     assert len(shortest_paths(fabric, src, dst)[1]) == 4
+    return src, dst, next(s for s in fabric.graph.neighbors(src))
+
+
+def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path):
+    """Kernel routers hash a forwarded flow's five-tuple, so the path reported
+    for a flow (and its shared links, and the fidelity check) is the one its
+    packets took; a hash carried from the sending socket would pick at random.
+    The routers hash with the key drawn from the ECMP seed."""
+    fabric = registry.build("zcube,n=4,gpus_per_server=2")
+    scale = Scale.from_rates(host_gbps(fabric), 20.0, tdf=1.0)
+    src, dst, first_hop = _four_path_pair(fabric)
     with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None,
-                 dataplane="linux") as bed:
-        first_hop = next(s for s in fabric.graph.neighbors(src))
+                 dataplane="linux", ecmp_seed=3) as bed:
+        key = bed.net.get("fe" + first_hop).cmd(
+            "sysctl -n net.ipv4.fib_multipath_hash_seed").strip()
+        assert key == str(multipath_hash_seed(3)) == str(bed.describe()["multipath_hash_seed"])
         seen = set()
         for number in range(8):
-            before = port_tx(bed, first_hop)
-            result = Replayer(bed, FlowDag([Flow("f", src, dst, 300_000)]), 20.0,
-                              tmp_path / f"flow{number}").run()[0]
-            after = port_tx(bed, first_hop)
-            assert result.status == "ok", result
-            busiest = max(after, key=lambda port: after[port] - before.get(port, 0))
+            result, busiest = _busiest_port(bed, first_hop, Flow(f"f{number}", src, dst, 300_000),
+                                            tmp_path / f"flow{number}")
             paths, ports = bed.flow_paths([result])
             path, told_ports = paths[0], ports[0]
             hop = path.index(first_hop)
@@ -176,4 +190,25 @@ def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path)
                 f"flow {result.sport}->{result.dport}: told {path}, sent out of port {busiest}"
             seen.add(path[hop + 1])
         assert len(seen) > 1, "eight flows should not all hash onto one of four paths"
+    assert_no_leftovers()
+
+
+def test_a_seed_sends_a_flow_down_the_same_path_every_time_and_spreads_others(
+        tmp_path, dataplane):
+    """With one ECMP seed a flow has the same ports, hence leaves by the same
+    port of a switch with four equal paths, in every replay, on both data
+    planes (Open vSwitch's select groups hash with a fixed key)."""
+    fabric = registry.build("zcube,n=4,gpus_per_server=2")
+    scale = Scale.from_rates(host_gbps(fabric), 20.0, tdf=1.0)
+    src, dst, first_hop = _four_path_pair(fabric)
+    with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None,
+                 dataplane=dataplane, ecmp_seed=3) as bed:
+        taken = {}
+        for number in range(6):
+            name = f"f{number % 3}"      # f0, f1, f2, then each once more
+            result, busiest = _busiest_port(bed, first_hop, Flow(name, src, dst, 300_000),
+                                            tmp_path / f"flow{number}")
+            taken.setdefault(name, []).append((result.sport, result.dport, busiest))
+        for name, (first, again) in taken.items():
+            assert first == again, f"{dataplane}: {name} took {first}, then {again}"
     assert_no_leftovers()

@@ -20,14 +20,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class LoopbackBed:
-    def __init__(self, hosts):
+    def __init__(self, hosts, ecmp_seed: int = 1):
         graph = nx.Graph()
         for index, host in enumerate(hosts, start=2):
             graph.add_node(host, ip=f"127.0.0.{index}")
         self.fabric = SimpleNamespace(graph=graph)
         self.congestion = "cubic"
+        self.ecmp_seed = ecmp_seed
+        self.started = []           # (host, args) of every process, in order
 
     def popen(self, host, args, what, **kwargs):
+        self.started.append((host, list(args)))
         proc = subprocess.Popen(args, cwd=REPO, **kwargs)
         state.record_pid(proc.pid, what)
         return proc

@@ -38,11 +38,16 @@ def test_a_byte_count_client_gets_the_exact_block_unless_one_is_given():
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs libiperf")
-def test_a_window_sets_the_tests_socket_buffers_and_none_leaves_them_autotuned():
-    def bufsize(spec):
+@pytest.mark.parametrize("field, getter, value", [
+    ("window_bytes", "iperf_get_test_socket_bufsize", 14480),   # iperf3 -w
+    ("cport", "iperf_get_test_bind_port", 21234),               # iperf3 --cport
+])
+def test_a_setting_reaches_libiperf_and_none_leaves_the_kernels_default(field, getter, value):
+    def held(spec):
         client = build_client(spec)
-        client.lib.iperf_get_test_socket_bufsize.argtypes = (ctypes.c_void_p,)
-        return client.lib.iperf_get_test_socket_bufsize(client._test)
+        get = getattr(client.lib, getter)
+        get.argtypes = (ctypes.c_void_p,)
+        return get(client._test)
 
-    assert bufsize(ClientSpec("127.0.0.1", 5999, bytes=312500, window_bytes=14480)) == 14480
-    assert bufsize(ClientSpec("127.0.0.1", 5999, bytes=312500)) == 0
+    assert held(ClientSpec("127.0.0.1", 5999, bytes=312500, **{field: value})) == value
+    assert held(ClientSpec("127.0.0.1", 5999, bytes=312500)) == 0

@@ -17,7 +17,8 @@ from loopback_bed import LoopbackBed, owned_processes  # noqa: F401  (an autouse
 
 from traffic.flows import Flow, FlowDag
 from emu.live import replay
-from emu.live.replay import BASE_PORT, Replayer
+from emu.live.ports import CLIENT_PORTS, SERVER_PORTS, PortBook
+from emu.live.replay import Replayer
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
 def test_dag_order_bytes_and_receiver_side_end(tmp_path):
@@ -33,10 +34,33 @@ def test_dag_order_bytes_and_receiver_side_end(tmp_path):
     assert results["f2"].start >= results["f1"].end, "f2 must wait for f1's end"
     # Due 0.3 s after the replay's start (not after f1's, which waits for its server).
     assert results["f3"].start >= replayer.t0 + 0.3
-    for row in results.values():
-        # Reverse mode: the sender is the one-off server on the flow's source host.
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-        assert BASE_PORT <= row.sport < BASE_PORT + 100 and row.dport >= low, row
+    # Reverse mode: the sender is the one-off server on the flow's source
+    # host; both ports are the ones the seed draws for the flow, in plan order.
+    book = PortBook(bed.ecmp_seed)
+    for flow in dag.topological_order():
+        row = results[flow.id]
+        assert (row.sport, row.dport) == (book.server(flow.src, flow.id),
+                                          book.client(flow.dst, flow.id)), row
+        assert row.sport in SERVER_PORTS and row.dport in CLIENT_PORTS, row
+
+
+def test_a_seed_draws_every_flows_ports_and_seed_0_leaves_clients_to_the_kernel(tmp_path):
+    dag = FlowDag([Flow("f1", "a", "b", 50_000), Flow("f2", "b", "a", 50_000, at_s=0.1)])
+
+    def ports(seed):
+        results = Replayer(LoopbackBed(["a", "b"], ecmp_seed=seed), dag, 1000.0,
+                           tmp_path / str(seed)).run()
+        assert all(r.status == "ok" for r in results), results
+        return [(r.sport, r.dport) for r in results]
+
+    # (Not the same seed twice here: on the testbed hosts keep no TIME_WAIT,
+    # which a client that closed first would hold on its port for 60 s.)
+    book, seven = PortBook(7), ports(7)
+    assert seven == [(book.server("a", "f1"), book.client("b", "f1")),
+                     (book.server("b", "f2"), book.client("a", "f2"))]
+    assert ports(8) != seven
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert all(sport in SERVER_PORTS and dport >= low for sport, dport in ports(0))
 
 
 
@@ -129,6 +153,12 @@ def test_a_move_keeps_an_armed_flows_due_time_and_resends_a_running_one_now(tmp_
                         agent_hosts=["a2"])
     results = {r.id: r for r in replayer.run()}
     assert moved == {"running": (True, "slow~m1"), "armed": (False, "due~m1")}
+    # The running one's connections are destroyed at both ends (behind a
+    # failed port they would linger with its four-tuple); the armed one had none.
+    server = f"127.0.0.2:{PortBook(bed.ecmp_seed).server('a', 'slow')}"
+    assert [(host, args) for host, args in bed.started if args[0] == "ss"] == \
+        [("a", ["ss", "-K", "-t", "-n", "src", server]),
+         ("b", ["ss", "-K", "-t", "-n", "dst", server])]
     assert results["due"].status == "moved" and results["due~m1"].status == "ok"
     assert results["due~m1"].start >= replayer.t0 + 1.5, "it stays due at 1.5 s"
     assert results["slow~m1"].start < replayer.t0 + 1.0, "the running one restarts at once"

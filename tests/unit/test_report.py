@@ -32,6 +32,7 @@ def synthetic_result():
         "duration_s": 30.0,
         "versions": {"openvswitch": "3.1.0", "os-ken": "4.2.2", "mininet": "2.3.0.dev6"},
         "datapath": "netdev",
+        "ecmp_seed": 7,
         "scale": {"bw_factor": 1e-3, "tdf": 400.0},
         "fabric": {"spec": "hybrid,k=4", "hosts": 8, "switches": 6, "ocs": 1,
                    "link_mbps": 100.0},
@@ -116,7 +117,8 @@ def test_writes_report_and_valid_pngs(tmp_path):
     for text in ("ocs-reconfig", "hybrid,k=4", "Open vSwitch, userspace (netdev) datapath",
                  "x0.001", "x400", "openvswitch 3.1.0",
                  "100 Mbit/s emulated (100 Gbit/s real)",
-                 "30 s emulated (75 ms real)"):
+                 "30 s emulated (75 ms real)",
+                 "| **ECMP seed** | 7: every flow's ports (and the kernel routers' hash key)"):
         assert text in report, text
     # Warnings from both places, each once, before the metrics.
     assert report.count(SATURATION_WARNING) == 1

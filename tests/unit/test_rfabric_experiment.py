@@ -17,7 +17,7 @@ from emu.schema import ScenarioError
 from emu.live.cpu import combine_cpu
 from topologies import registry
 from emu.live.replay import FlowResult
-from emu.live.rlreplay import IterationRunner, PortAllocator, ready_time
+from emu.live.rlreplay import IterationRunner, ready_time
 
 SCALE = Scale.from_rates(400, 10, tdf=100)
 
@@ -95,16 +95,6 @@ def test_ready_time_waits_for_dependencies_and_the_optimizer():
     assert ready_time(phase, 100.0, {"train-dp": 100.5, "response": 101.0}, 0.0) == 102.0
 
 
-def test_ports_are_never_reused_across_concurrent_replayers():
-    ports = PortAllocator(base=7000)
-    got = []
-    threads = [threading.Thread(target=lambda: got.extend(ports.next("h1") for _ in range(50)))
-               for _ in range(4)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    assert sorted(got) == list(range(7000, 7200))
-
-
 # ---------------------------------------------------------------- the runner on fakes
 class FakeControl:
     """Blocks for the dark time as the controller does, one request at a time."""
@@ -129,6 +119,7 @@ class FakeBed:
 
     def __init__(self, fabric, control):
         self.fabric, self.control = fabric, control
+        self.ecmp_seed = 1
 
     def reconfigure(self, ocs, circuits, timeout_s=60.0, **args):
         reply = self.control.call("reconfigure", timeout=timeout_s, ocs=ocs, circuits=circuits,
@@ -140,7 +131,7 @@ class FakeBed:
 class FakeReplayer:
     """Each flow takes its ideal time at 1 Gbit/s/1000 (fast), all at once."""
 
-    def __init__(self, bed, dag, mbps, work_dir, ports):
+    def __init__(self, bed, dag, mbps, work_dir, ports, port_key):
         self.dag = dag
 
     def run(self):
