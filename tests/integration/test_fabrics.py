@@ -193,8 +193,7 @@ def test_each_tcp_flow_takes_the_path_the_kernel_reports_for_its_ports(tmp_path)
     assert_no_leftovers()
 
 
-def test_a_seed_sends_a_flow_down_the_same_path_every_time_and_spreads_others(
-        tmp_path, dataplane):
+def test_a_seed_sends_a_flow_down_the_same_path_every_time(tmp_path, dataplane):
     """With one ECMP seed a flow has the same ports, hence leaves by the same
     port of a switch with four equal paths, in every replay, on both data
     planes (Open vSwitch's select groups hash with a fixed key)."""
