@@ -15,6 +15,7 @@ from controllers.netlink import applier as netlink
 from controllers.netlink.applier import (GATEWAY, PROTO_FABRIC, RTNH_F_ONLINK,
                                          NetlinkApplier, NetlinkError)
 from controllers.netlink.daemon import KernelPlane
+from controllers.netlink import events
 from controllers.netlink.events import IFF_LOWER_UP, IFF_UP, LinkWatcher, link_messages
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.service import FabricService
@@ -369,6 +370,34 @@ def test_the_watcher_reports_what_queued_in_every_namespace_together():
             writer.close()
     assert len(batches) == 1, batches
     assert sorted(batches[0]) == [("s1", 2, False), ("s1", 3, False), ("s2", 1, False)]
+
+
+def test_the_watcher_waits_for_the_rest_of_a_failure_before_it_reports():
+    batches = []
+    ports = {"fes1-eth2": 2, "fes2-eth1": 1}
+    watcher = LinkWatcher(lambda switch, name: ports.get(name), batches.append)
+    ends = {}
+    for switch, name in (("s1", "fes1-eth2"), ("s2", "fes2-eth1")):
+        reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ends[switch] = writer
+        watcher.watch(switch, reader, {ports[name]: True})
+    watcher.start()
+    try:
+        # A switch failing: its first link, then another namespace's end a
+        # moment later (under SETTLE_S), then a change long after.
+        ends["s1"].send(newlink("fes1-eth2", 0))
+        time.sleep(events.SETTLE_S / 3)
+        ends["s2"].send(newlink("fes2-eth1", 0))
+        time.sleep(events.SETTLE_S * 20)
+        ends["s2"].send(newlink("fes2-eth1", IFF_UP | IFF_LOWER_UP))
+        deadline = time.time() + 5
+        while len(batches) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+    finally:
+        watcher.stop()
+        for writer in ends.values():
+            writer.close()
+    assert batches == [[("s1", 2, False), ("s2", 1, False)], [("s2", 1, True)]], batches
 
 
 def test_port_reports_handled_together_reroute_once():
