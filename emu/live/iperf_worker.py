@@ -95,38 +95,36 @@ class ClientSpec:
         return json.dumps(asdict(self))
 
 
+def _set(client, setting: str, ctype, value) -> None:
+    """Call libiperf's ``iperf_set_test_<setting>`` on the client's test."""
+    setter = getattr(client.lib, f"iperf_set_test_{setting}")
+    setter.argtypes = (ctypes.c_void_p, ctype)
+    setter(client._test, value)
+
+
 def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "",
                      fq_rate_mbps: float = 0.0, window_bytes: int = 0, cport: int = 0) -> None:
-    lib, test = client.lib, client._test
-    lib.iperf_set_test_reporter_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
-    lib.iperf_set_test_stats_interval.argtypes = (ctypes.c_void_p, ctypes.c_double)
-    lib.iperf_set_test_reporter_interval(test, 0.0)
-    lib.iperf_set_test_stats_interval(test, 0.0)
+    _set(client, "reporter_interval", ctypes.c_double, 0.0)
+    _set(client, "stats_interval", ctypes.c_double, 0.0)
     if num_bytes:
-        lib.iperf_set_test_bytes.argtypes = (ctypes.c_void_p, ctypes.c_uint64)
-        lib.iperf_set_test_bytes(test, num_bytes)
+        _set(client, "bytes", ctypes.c_uint64, num_bytes)
     if pacing_us:
-        lib.iperf_set_test_pacing_timer.argtypes = (ctypes.c_void_p, ctypes.c_int)
-        lib.iperf_set_test_pacing_timer(test, pacing_us)
+        _set(client, "pacing_timer", ctypes.c_int, pacing_us)
     if fq_rate_mbps:
-        lib.iperf_set_test_fqrate.argtypes = (ctypes.c_void_p, ctypes.c_uint64)
-        lib.iperf_set_test_fqrate(test, int(fq_rate_mbps * 1e6))
+        _set(client, "fqrate", ctypes.c_uint64, int(fq_rate_mbps * 1e6))
     if window_bytes:
         # As iperf3 -w: the client sets its socket's buffers and sends the size
         # to the server, which sets its own; in reverse mode the client is the
         # receiver, whose buffer bounds the window it advertises.
-        lib.iperf_set_test_socket_bufsize.argtypes = (ctypes.c_void_p, ctypes.c_int)
-        lib.iperf_set_test_socket_bufsize(test, window_bytes)
+        _set(client, "socket_bufsize", ctypes.c_int, window_bytes)
     if cport:
         # Only the data stream binds it; the control connection keeps an
         # ephemeral port (libiperf dials it with none).
-        lib.iperf_set_test_bind_port.argtypes = (ctypes.c_void_p, ctypes.c_int)
-        lib.iperf_set_test_bind_port(test, cport)
+        _set(client, "bind_port", ctypes.c_int, cport)
     if congestion:
         # libiperf keeps the pointer: the buffer lives as long as the client.
         client._congestion = ctypes.create_string_buffer(congestion.encode())
-        lib.iperf_set_test_congestion_control.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
-        lib.iperf_set_test_congestion_control(test, client._congestion)
+        _set(client, "congestion_control", ctypes.c_char_p, client._congestion)
 
 
 def build_client(spec: ClientSpec):
@@ -149,8 +147,7 @@ def build_client(spec: ClientSpec):
                      spec.window_bytes, spec.cport)
     # The data stream's DSCP puts it in the links' data queue; the control
     # connection, without one, rides the signalling class (emu.live.shaping).
-    client.lib.iperf_set_test_tos.argtypes = (ctypes.c_void_p, ctypes.c_int)
-    client.lib.iperf_set_test_tos(client._test, DATA_TOS)
+    _set(client, "tos", ctypes.c_int, DATA_TOS)
     return client
 
 
