@@ -3,7 +3,8 @@
 Mininet creates one unnamed network namespace per node, held by the node's
 shell; the runner tells the controller each switch's shell pid.  A route
 socket is pyroute2's ``IPRoute`` opened in ``/proc/<pid>/ns/net`` (pyroute2
-creates it there and hands it back).  An event socket is a plain netlink
+creates it there and hands it back), used from one thread only (see
+`ThreadBoundSocket`).  An event socket is a plain netlink
 socket subscribed to link changes, created by a thread that entered the
 namespace with setns(2) first: a socket belongs to the namespace it was
 created in, whichever thread reads it later.
@@ -15,6 +16,8 @@ import ctypes
 import os
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional
 
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
@@ -31,14 +34,63 @@ def netns_path(pid: int) -> str:
     return f"/proc/{int(pid)}/ns/net"
 
 
-def route_socket(pid: int):
-    """A pyroute2 IPRoute bound to the network namespace of process ``pid``."""
+def route_socket(pid: int) -> "ThreadBoundSocket":
+    """A pyroute2 IPRoute bound to the network namespace of process ``pid``,
+    used through the netlink thread (`ThreadBoundSocket`)."""
     from pyroute2 import IPRoute
 
     path = netns_path(pid)
     if not os.path.exists(path):
         raise NamespaceError(f"no network namespace at {path}: is the node running?")
-    return IPRoute(netns=path)
+    return ThreadBoundSocket(lambda: IPRoute(netns=path))
+
+
+class ThreadBoundSocket:
+    """A pyroute2 socket that is created, used and closed on one thread.
+
+    pyroute2 (0.9) keeps a netlink socket, an event loop and a message
+    queue per calling thread: the first call from another thread opens
+    another socket in the namespace (forking ``ldconfig -p`` on the way to
+    find libc), 6-9 ms a namespace here, and that socket is never closed.
+    The controller calls from several threads: the control connection
+    attaches and reconfigures, the link-event watcher reroutes.  So the
+    first failure of a run was rerouted 30-40 ms later than any later one
+    (a ROFT leaf: 52-77 ms against 19-36 ms), and each thread left a socket
+    per namespace behind.  Every call goes to the one netlink thread instead.
+    """
+
+    _worker: Optional[ThreadPoolExecutor] = None
+    _worker_lock = threading.Lock()
+    _on_worker = threading.local()
+
+    def __init__(self, make):
+        self._sock = self._run(make)
+
+    @classmethod
+    def _executor(cls) -> ThreadPoolExecutor:
+        with cls._worker_lock:
+            if cls._worker is None:
+                cls._worker = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="netlink",
+                    initializer=lambda: setattr(cls._on_worker, "flag", True))
+            return cls._worker
+
+    @classmethod
+    def _run(cls, function, *args, **kwargs):
+        if getattr(cls._on_worker, "flag", False):
+            return function(*args, **kwargs)      # already on it: waiting would deadlock
+        return cls._executor().submit(function, *args, **kwargs).result()
+
+    def __getattr__(self, name):
+        if name == "_sock":             # not made yet (or failed): no recursion
+            raise AttributeError(name)
+        attribute = getattr(self._sock, name)
+        if not callable(attribute):
+            return attribute
+
+        def on_netlink_thread(*args, **kwargs):
+            return self._run(attribute, *args, **kwargs)
+        return on_netlink_thread
 
 
 def link_event_socket(pid: int) -> socket.socket:

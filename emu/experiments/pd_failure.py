@@ -6,9 +6,7 @@ a 4K-GPU cluster, performance degrades 46.9% on ROFT, 9.0% on HPN and
 settings, same planning: placement, pairing, prefill queue, KV flows per
 TP rank, D credits) is served twice on each fabric, on one testbed, and
 that pair ``repeats`` times (the ToR comes back up in between; figures
-are the mean over the repeats, the spread of the headline one is kept;
-the ToR fails and comes back once before the first run, because a fresh
-testbed's first failure is rerouted slower than later ones):
+are the mean over the repeats, the spread of the headline one is kept):
 
 1. **healthy**: the stream as planned;
 2. **failure**: at the arrival of request ``fail_after`` (emulated time from
@@ -196,9 +194,7 @@ def notes(rows: Sequence[dict]) -> List[str]:
                      f"{row['moved_flows_count']} KV flows moved in "
                      f"{row.get('repeats_count', 1)} run(s) (a running one is resent in "
                      f"full), the control plane saw the failure in "
-                     f"{row['control_notice_ms']:.0f} ms on average (the failure before "
-                     f"the runs, which warms the testbed up: "
-                     f"{row.get('warmup_notice_ms', 0):.0f} ms).")
+                     f"{row['control_notice_ms']:.0f} ms on average.")
         if row.get("throughput_degradation_min_pct") is not None:
             lines[-1] += (f" Throughput degradation per run: "
                           f"{row['throughput_degradation_min_pct']:+.1f}% to "
@@ -343,16 +339,6 @@ def run(ctx: Context) -> Outcome:
                 f"{len(moves)} NIC ports behind it fail over")
         repeats = []
         with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
-            # The first link failure on a fresh testbed takes the data plane
-            # longer to reroute than any later one (kernel routers: a ROFT
-            # leaf 77 ms against 34-36 ms, the same switch or another), and at
-            # tdf 10 that is 0.4 emulated s: repeat 1 degraded 4-5 points more
-            # than the others.  One failure and restore before the first run
-            # makes every repeat's failure a later one.
-            warm_s = bed.fail_switch(switch)
-            bed.fail_switch(switch, up=True)
-            ctx.log(f"  {name}: {switch} failed and restored once before the runs "
-                    f"(rerouted in {warm_s * 1000:.0f} ms)")
             for repeat in range(1, s["repeats"] + 1):
                 runs, folder = {}, ctx.run_dir / name / f"repeat{repeat}"
                 if s["baseline"]:
@@ -371,7 +357,6 @@ def run(ctx: Context) -> Outcome:
                 repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,
                                            repeat, outcome, windows_out, requests_out))
         row = summarize_repeats(repeats)
-        row["warmup_notice_ms"] = warm_s * 1000
         rows_out.append(row)
         metrics[name] = row
         ctx.log(f"  {name}: {row['moved_flows_count']} flows moved in {len(repeats)} run(s), "

@@ -9,12 +9,14 @@ hosts leaves only by ports on the computed shortest paths.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
 import networkx as nx
 import pytest
 
+from controllers.control import ControlClient
 from emu.experiments.base import host_gbps
 from emu.experiments.lab import connected_host_sets
 from traffic.scale import Scale
@@ -210,4 +212,31 @@ def test_a_seed_sends_a_flow_down_the_same_path_every_time(tmp_path, dataplane):
             taken.setdefault(name, []).append((result.sport, result.dport, busiest))
         for name, (first, again) in taken.items():
             assert first == again, f"{dataplane}: {name} took {first}, then {again}"
+    assert_no_leftovers()
+
+
+def test_the_kernel_controller_reroutes_without_opening_anything_new(tmp_path):
+    """A failure is rerouted on the link-event thread and counters are read on
+    a control connection's thread; pyroute2 opens a netlink socket (and an
+    event loop) per calling thread unless every call goes through one
+    thread, so the first failure would open one per namespace, late."""
+    fabric = registry.build("roft,gpus=16,radix=8,gpus_per_server=2")
+    scale = Scale.from_rates(host_gbps(fabric), 20.0, tdf=1.0)
+    leaf = next(n for n in fabric.graph.neighbors("h1"))
+    with Testbed(fabric, scale, tmp_path / "run", log=lambda m: None,
+                 dataplane="linux") as bed:
+        def descriptors():
+            return len(os.listdir(f"/proc/{bed.controller.pid}/fd"))
+
+        opened = descriptors()
+        bed.fail_switch(leaf)
+        down = installed_routes(bed, next(s for s in fabric.eps_switches if s != leaf))
+        bed.fail_switch(leaf, up=True)
+        other = ControlClient(bed.socket_path)
+        try:
+            assert other.call("counters")["switches"]
+        finally:
+            other.close()
+        assert descriptors() == opened, "the controller opened descriptors to reroute"
+        assert down.get("h1", ()) == (), f"h1 is behind the failed {leaf}: {down.get('h1')}"
     assert_no_leftovers()

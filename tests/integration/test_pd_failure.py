@@ -24,7 +24,6 @@ def test_tor_failure_mid_stream_on_zcube_serves_every_request(tmp_path, dataplan
     assert zcube["moved_flows_count"] >= 1 and zcube["stranded_flows_count"] == 0, zcube
     assert zcube["nic_ports_failed_over_count"] == 4, "a ZCube switch serves n = 4 NIC ports"
     assert 0 < zcube["control_notice_ms"] < 5000, zcube
-    assert 0 < zcube["warmup_notice_ms"] < 5000, "the switch fails once before the runs"
     assert zcube["throughput_degradation_pct"] is not None
     for run_name in ("healthy", "failure"):
         for repeat in (1, 2):

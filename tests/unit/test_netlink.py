@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from controllers.netlink.applier import (GATEWAY, PROTO_FABRIC, RTNH_F_ONLINK,
 from controllers.netlink.daemon import KernelPlane
 from controllers.netlink import events
 from controllers.netlink.events import IFF_LOWER_UP, IFF_UP, LinkWatcher, link_messages
+from controllers.netlink.namespaces import ThreadBoundSocket
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.service import FabricService
 from topologies import hybrid, rail_fabric, registry
@@ -532,3 +534,41 @@ def test_pin_table_numbers_wrap_inside_their_range():
     assert netlink.pin_table(netlink.PIN_TABLES + 1) == netlink.PIN_TABLE_BASE + 1
     error = FakeNetlinkError(100, "Network is down")
     assert error.code == 100
+
+
+class _ThreadRecorder:
+    """A stand-in for pyroute2's IPRoute that notes the thread of every call."""
+
+    def __init__(self):
+        self.threads = {threading.get_ident()}
+        self.closed = False
+
+    def get_links(self):
+        self.threads.add(threading.get_ident())
+        return ["lo"]
+
+    def refuse(self):
+        raise FakeNetlinkError(101, "Network is unreachable")
+
+    def through(self, other):
+        return other.get_links()       # a call made on the netlink thread itself
+
+
+def test_a_route_socket_is_made_and_used_on_one_thread_whoever_calls():
+    sock = ThreadBoundSocket(_ThreadRecorder)
+    other = ThreadBoundSocket(_ThreadRecorder)
+    answers = []
+    callers = [threading.Thread(target=lambda: answers.append(sock.get_links()))
+               for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert answers == [["lo"]] * 3 and sock.get_links() == ["lo"]
+    assert len(sock._sock.threads) == 1 and sock._sock.threads == other._sock.threads
+    assert threading.get_ident() not in sock._sock.threads
+    assert sock.through(other) == ["lo"], "a call from the netlink thread runs in place"
+    assert sock.closed is False, "plain attributes are read as they are"
+    with pytest.raises(FakeNetlinkError) as refused:
+        sock.refuse()
+    assert refused.value.code == 101
