@@ -7,10 +7,10 @@ class at the link's rate, split into two bounded queues::
     class  5:1  htb rate <link rate>mbit burst 15k                (the link)
     class  5:10 htb rate 5% ceil <link rate> prio 0   -> pfifo    (signalling)
     class  5:20 htb rate 95% ceil <link rate> prio 1  -> pfifo    (data)
-    filters: TCP under 128 bytes (acknowledgements, handshakes)    -> 5:10
-             DSCP CS1 (every replayed flow's data stream)          -> 5:20
-             other TCP (iperf3's control connections)              -> 5:10
-             everything else (UDP probes, ICMP)                    -> 5:20
+    filters: TCP with no payload (acknowledgements, handshakes)    -> 5:10
+             DSCP CS1 (every replayed flow's data stream)           -> 5:20
+             other TCP (iperf3's control connections)               -> 5:10
+             everything else (UDP probes, ICMP)                     -> 5:20
 
 so each direction of a link is shaped once, at its sender, and the data
 queue is what a flow meets.  The first class keeps the emulator's own
@@ -20,7 +20,11 @@ while each replayed flow is an iperf3 test whose set-up and result exchange
 would otherwise wait behind up to QUEUE_MS of another flow's data, and whose
 acknowledgements would couple it to flows it shares no data link with (up to
 0.2 s per flow on a ring all-reduce at 10 Mbit/s).  Both classes share the
-link's rate.  On the ``linux``
+link's rate.  A data stream's segment goes to the data queue however small
+it is: a short segment that fills a bounded window (37 bytes, say) used to
+count as signalling, overtook the segments queued before it, and the
+receiver saw the flow out of order (spurious fast retransmissions, on every
+multi-hop KV flow of pd-failure).  On the ``linux``
 data plane an OCS port holds no queue of its own (a circuit is light, not a
 buffer): the shaping sits on the router or host end of the link, and what is
 in flight when a circuit is torn is lost, as it would be.
@@ -45,7 +49,8 @@ from topologies.naming import interface, link_mbps
 HTB_BURST = "15k"        # Mininet's TCLink burst, kept so rates behave as before
 SIGNALLING_SHARE = 0.05  # the rate the signalling class is sure of; it borrows the rest
 DATA_TOS = 0x20          # DSCP CS1, set on every replayed flow's data stream
-SMALL_IP_BYTES = 128     # TCP packets shorter than this carry no data worth queueing
+IP_HEADER_BYTES = 20     # the shaped traffic's IPv4 headers carry no options
+TCP_DATA_OFFSETS = range(5, 16)   # a TCP header's length in 32-bit words
 BATCH_TIMEOUT_S = 120.0
 
 
@@ -67,11 +72,12 @@ def shaped_interfaces(fabric: Fabric, bw_factor: float, dataplane: str
 
 
 def tc_lines(ifname: str, mbps: float, queue_packets: int) -> List[str]:
-    """The tc batch lines that shape one interface (``replace``: idempotent)."""
+    """The tc batch lines that shape one interface, once: the qdiscs and
+    classes are replaced, but the first filters are added (u32 keeps several
+    at one priority only by handle)."""
     signalling = mbps * SIGNALLING_SHARE
     dev, rate = f"dev {ifname}", f"{mbps:.6g}mbit"
     classes = f"ceil {rate} burst {HTB_BURST} cburst {HTB_BURST} quantum 1514"
-    small_mask = 0xFFFF & ~(SMALL_IP_BYTES - 1)
     return [
         f"qdisc replace {dev} root handle 5: htb default 20",
         f"class replace {dev} parent 5: classid 5:1 htb rate {rate} burst {HTB_BURST}",
@@ -81,14 +87,24 @@ def tc_lines(ifname: str, mbps: float, queue_packets: int) -> List[str]:
         f"{classes} prio 1",
         f"qdisc replace {dev} parent 5:10 handle 10: pfifo limit {queue_packets}",
         f"qdisc replace {dev} parent 5:20 handle 20: pfifo limit {queue_packets}",
-        # The IP total length is the 16 bits at offset 2: under 128 when its
-        # top nine bits are clear.
-        f"filter replace {dev} parent 5: protocol ip prio 1 u32 match ip protocol 6 0xff "
-        f"match u16 0x0000 {small_mask:#06x} at 2 flowid 5:10",
+        *(f"filter add {dev} parent 5: protocol ip prio 1 u32 {matches} flowid 5:10"
+          for matches in control_segment_matches()),
         f"filter replace {dev} parent 5: protocol ip prio 2 u32 "
         f"match ip tos {DATA_TOS:#04x} 0xfc flowid 5:20",
         f"filter replace {dev} parent 5: protocol ip prio 3 u32 match ip protocol 6 0xff "
         f"flowid 5:10"]
+
+
+def control_segment_matches() -> List[str]:
+    """u32 matches, one list entry per TCP header length, that together take
+    exactly the TCP segments with no payload: IPv4 without options (header
+    byte 0x45), and an IP total length equal to the two headers, the TCP
+    one's length being the data offset in the top four bits of its byte 12
+    (packet byte 32).  u32 cannot subtract, hence one filter per offset."""
+    return [f"match u8 0x45 0xff at 0 match ip protocol 6 0xff "
+            f"match u16 {IP_HEADER_BYTES + 4 * words:#06x} 0xffff at 2 "
+            f"match u8 {words << 4:#04x} 0xf0 at {IP_HEADER_BYTES + 12}"
+            for words in TCP_DATA_OFFSETS]
 
 
 def mtu_lines(interfaces: Iterable[str], mtu: int) -> List[str]:

@@ -46,17 +46,78 @@ def test_a_link_holds_a_signalling_queue_and_a_data_queue_within_its_rate():
     assert "rate 9.5mbit ceil 10mbit" in data and "prio 1" in data
     assert sum("pfifo limit 41" in line for line in lines) == 2
     filters = [line for line in lines if line.startswith("filter")]
-    assert [f.split(" prio ")[1].split()[0] for f in filters] == ["1", "2", "3"], \
-        "small TCP first, then the data DSCP, then any other TCP"
-    assert "match ip protocol 6 0xff match u16 0x0000 0xff80 at 2 flowid 5:10" in filters[0]
-    assert f"match ip tos {shaping.DATA_TOS:#04x} 0xfc flowid 5:20" in filters[1]
-    assert filters[2].endswith("match ip protocol 6 0xff flowid 5:10")
+    priorities = [f.split(" prio ")[1].split()[0] for f in filters]
+    assert priorities == ["1"] * len(shaping.TCP_DATA_OFFSETS) + ["2", "3"], \
+        "payload-less TCP first, then the data DSCP, then any other TCP"
+    assert f"match ip tos {shaping.DATA_TOS:#04x} 0xfc flowid 5:20" in filters[-2]
+    assert filters[-1].endswith("match ip protocol 6 0xff flowid 5:10")
 
 
-def test_small_means_an_ip_packet_under_128_bytes():
-    mask = 0xff80
-    assert all(length & mask == 0 for length in (40, 52, 127))
-    assert all(length & mask for length in (128, 576, 1500))
+# ------------------------------------------------------------ what the filters take
+def u32_matches(line: str):
+    """(offset, value, mask) of every 32-bit-aligned-free key of a u32 filter line,
+    read the way tc reads them (``ip protocol`` is byte 9, ``ip tos`` byte 1)."""
+    words, keys = line.split(), []
+    for i, word in enumerate(words):
+        if word != "match":
+            continue
+        kind = words[i + 1]
+        if kind == "ip":
+            field, value, mask = words[i + 2:i + 5]
+            keys.append(({"protocol": 9, "tos": 1}[field], 1, int(value, 0), int(mask, 0)))
+        else:
+            value, mask, at, offset = words[i + 2:i + 6]
+            assert at == "at"
+            keys.append((int(offset), {"u8": 1, "u16": 2}[kind], int(value, 0), int(mask, 0)))
+    return keys
+
+
+def classify(lines, packet: bytes) -> str:
+    """The class a packet joins: the first filter, in priority order, whose keys
+    all match; the HTB default (5:20) if none does."""
+    filters = sorted((line for line in lines if line.startswith("filter")),
+                     key=lambda line: int(line.split(" prio ")[1].split()[0]))
+    for line in filters:
+        if all(int.from_bytes(packet[off:off + size], "big") & mask == value & mask
+               for off, size, value, mask in u32_matches(line)):
+            return line.split("flowid ")[1].split()[0]
+    return "5:20"
+
+
+def tcp_packet(payload: int, option_words: int = 3, tos: int = 0) -> bytes:
+    """An IPv4 packet without options carrying a TCP header of ``5 + option_words``
+    words (3: timestamps, as Linux sends) and ``payload`` bytes."""
+    words = 5 + option_words
+    total = 20 + 4 * words + payload
+    ip = bytes([0x45, tos]) + total.to_bytes(2, "big") + bytes(5) + bytes([6]) + bytes(10)
+    tcp = bytes(12) + bytes([words << 4, 0x10]) + bytes(4 * words - 14)
+    return ip + tcp + bytes(payload)
+
+
+@pytest.mark.parametrize("option_words", range(0, 11))
+def test_every_payload_less_segment_rides_the_signalling_class(option_words):
+    lines = shaping.tc_lines("h1-eth0", 10.0, 41)
+    for tos in (0, shaping.DATA_TOS):     # a data stream's own acknowledgements too
+        assert classify(lines, tcp_packet(0, option_words, tos)) == "5:10", \
+            f"a bare TCP header of {5 + option_words} words, tos {tos:#x}"
+
+
+@pytest.mark.parametrize("payload", [1, 37, 75, 76, 1448])
+def test_a_data_streams_segment_joins_its_data_queue_however_small(payload):
+    """A bounded window often ends on a short segment (37 bytes on iperf3's
+    data stream, after its cookie): sent ahead of the full ones queued before
+    it, the receiver would see the flow out of order."""
+    lines = shaping.tc_lines("h1-eth0", 10.0, 41)
+    assert classify(lines, tcp_packet(payload, tos=shaping.DATA_TOS)) == "5:20"
+    assert classify(lines, tcp_packet(payload, tos=0)) == "5:10", \
+        "other TCP (iperf3's control connections) is signalling"
+
+
+def test_what_is_not_tcp_joins_the_data_queue():
+    lines = shaping.tc_lines("h1-eth0", 10.0, 41)
+    udp = bytearray(tcp_packet(0))
+    udp[9] = 17
+    assert classify(lines, bytes(udp)) == "5:20"
 
 
 def _fake_tool(tmp_path, monkeypatch):
