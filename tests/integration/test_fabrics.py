@@ -23,6 +23,7 @@ from traffic.scale import Scale
 from emu.live.ports import multipath_hash_seed
 from emu.live.replay import Replayer
 from emu.live.testbed import Testbed
+from emu.live.waiting import WaitTimeout, wait_until
 from tests.integration.utils import assert_no_leftovers
 from topologies import registry, routing
 from topologies.fabric import EPS, HOST, OCS
@@ -237,6 +238,12 @@ def test_the_kernel_controller_reroutes_without_opening_anything_new(tmp_path):
             assert other.call("counters")["switches"]
         finally:
             other.close()
-        assert descriptors() == opened, "the controller opened descriptors to reroute"
+        # The control connection just closed is closed on the controller's
+        # side once its reader sees the end of stream: wait for that, briefly.
+        try:
+            wait_until(lambda: descriptors() == opened, 5.0, "the controller's descriptors")
+        except WaitTimeout:
+            raise AssertionError(f"the controller opened descriptors to reroute or to serve a "
+                                 f"connection: {opened} before, {descriptors()} after") from None
         assert down.get("h1", ()) == (), f"h1 is behind the failed {leaf}: {down.get('h1')}"
     assert_no_leftovers()
