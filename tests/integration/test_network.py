@@ -14,6 +14,7 @@ from traffic.measure import pcap
 from emu.live.capture import Capture
 from emu.live.replay import Stream
 from emu.live import shaping
+from emu.live.waiting import wait_until
 
 pytestmark = pytest.mark.require_root
 
@@ -112,10 +113,12 @@ def test_a_window_bounded_flow_arrives_in_order_across_shaped_hops(run_dir, data
     with Testbed(fabric, Scale.from_rates(400, 10), run_dir, log=lambda m: None,
                  dataplane=dataplane) as bed:
         target = bed.fabric.graph.nodes[dst]["ip"]
-        for port in range(5201, 5205):
+        ports = range(5201, 5205)
+        for port in ports:
             bed.host(dst).cmd(f"iperf3 -s -1 -D -p {port}")
-        time.sleep(0.5)
-        for port in range(5201, 5205):
+        wait_until(lambda: all(f":{port} " in bed.host(dst).cmd("ss -Hltn") for port in ports),
+                   10.0, f"iperf3 servers on {dst} to listen")
+        for port in ports:
             # Each flow starts afresh: with the last one's RTT cached, the
             # first window goes out differently.
             for host in (src, dst):

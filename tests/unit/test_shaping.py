@@ -55,7 +55,7 @@ def test_a_link_holds_a_signalling_queue_and_a_data_queue_within_its_rate():
 
 # ------------------------------------------------------------ what the filters take
 def u32_matches(line: str):
-    """(offset, value, mask) of every 32-bit-aligned-free key of a u32 filter line,
+    """(offset, size in bytes, value, mask) of every key of a u32 filter line,
     read the way tc reads them (``ip protocol`` is byte 9, ``ip tos`` byte 1)."""
     words, keys = line.split(), []
     for i, word in enumerate(words):
