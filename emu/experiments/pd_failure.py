@@ -271,8 +271,10 @@ class ToRFailure:
 
     def move_flows(self, replayer) -> None:
         """Every flow with an end behind the failed ToR goes to the port that
-        takes over; a running one is resent in full from there."""
-        for fid, flow in list(replayer.flows.items()):
+        takes over; a running one is resent in full from there, and first: it
+        is due again at once, the others keep their due times."""
+        flows = sorted(replayer.flows.items(), key=lambda item: not replayer.started(item[0]))
+        for fid, flow in flows:
             if flow.src not in self.moves and flow.dst not in self.moves:
                 continue
             src, dst = self.moves.get(flow.src, flow.src), self.moves.get(flow.dst, flow.dst)

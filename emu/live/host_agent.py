@@ -23,6 +23,7 @@ also kept in ``RESULTS_DIR/ID.json``.  A child that ends with no result
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import selectors
@@ -30,7 +31,7 @@ import signal
 import sys
 from typing import Dict
 
-from emu.live.iperf_worker import ClientSpec, build_client, run_client
+from emu.live.iperf_worker import ClientSpec, build_client, libiperf, run_client
 
 
 def _child(spec: ClientSpec, go_fd: int, result_fd: int, path: str) -> None:
@@ -54,6 +55,7 @@ def _emit(event: dict) -> None:
 
 def serve(results_dir: str) -> int:
     import iperf3  # noqa: F401  (imported once here, inherited by every fork)
+    ctypes.CDLL(libiperf())   # loaded once here too: a child's own load is then a lookup
 
     go_pipes: Dict[str, int] = {}
     results: Dict[str, _Result] = {}    # armed or running flows' result pipes

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import ctypes.util
+import functools
 import json
 import sys
 import time
@@ -127,9 +129,23 @@ def _libiperf_extras(client, num_bytes: int, pacing_us: int, congestion: str = "
         _set(client, "congestion_control", ctypes.c_char_p, client._congestion)
 
 
+@functools.lru_cache(maxsize=None)
+def libiperf() -> str:
+    """libiperf's file name, looked up once per process (and inherited by a
+    host agent's forks).
+
+    The wrapper, given none, asks ``ctypes.util.find_library("libiperf")``
+    for every client: a name it never finds, after running ``ldconfig``,
+    ``gcc`` and ``ld`` in turn.  That took 10 ms per client here on an idle
+    machine, and far more in a forked client on a busy one, where it sat
+    between a resent flow's go and its first byte.
+    """
+    return ctypes.util.find_library("iperf") or "libiperf.so.0"
+
+
 def build_client(spec: ClientSpec):
     import iperf3
-    client = iperf3.Client()
+    client = iperf3.Client(lib_name=libiperf())
     client.server_hostname = spec.dst
     client.port = spec.port
     client.json_output = True

@@ -10,6 +10,7 @@ keeps process start-up off the critical path.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import queue
@@ -19,7 +20,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from emu.live import state
 from emu.live.ports import PortBook
@@ -29,6 +30,10 @@ from emu.live.iperf_worker import SERVER_READY, ClientSpec, server_command
 MIN_FLOW_TIMEOUT_S = 30.0
 AGENT_START_TIMEOUT_S = 30.0
 ARM_AHEAD_S = 2.0
+#: Flows armed per pass of the replay loop, earliest due first: a server takes
+#: a few milliseconds to start, so a pass stays short and a flow already due
+#: waits at most about one pass for its go once its server listens.
+ARM_PER_PASS = 2
 
 
 @dataclass
@@ -215,6 +220,9 @@ class Replayer:
         self._admitted: set = set()      # due flows the gate let through
         self._moved: set = set()
         self._aborts: List[subprocess.Popen] = []
+        # Slow work no flow waits for (ending a moved flow's old processes and
+        # connections): the loop does one per pass once nothing is left to arm.
+        self._chores: Deque[Callable[[], None]] = collections.deque()
 
     def _take_ports(self, fid: str) -> None:
         flow, key = self.flows[fid], self.port_key + fid
@@ -304,9 +312,11 @@ class Replayer:
             return fid
         now = time.time()
         self._agents[flow.dst].send({"op": "cancel", "id": fid})
+        # Ending the old flow's server and connections takes a process each and
+        # no flow waits for it: a chore, for when the loop has time.
         server = self._servers.pop(fid, None)
         if server is not None:
-            reap(server, grace_s=1.0)
+            self._chores.append(lambda: reap(server, grace_s=1.0))
         if self.started(fid):
             self._abort_connections(flow)
         count = sum(1 for other in self.flows if other.startswith(fid + "~m")) + 1
@@ -328,6 +338,9 @@ class Replayer:
                     other, after=tuple(new_id if d == fid else d for d in other.after))
         if self.on_moved:
             self.on_moved(fid, new_id)
+        if self.started(fid):
+            # Due now: its server starts while the callback moves other flows.
+            self._arm(new_id)
         return new_id
 
     def _abort_connections(self, flow: Flow) -> None:
@@ -342,10 +355,14 @@ class Replayer:
         is gone for good, as an RDMA queue pair on a failed port is.
         """
         server = f"{self._ip(flow.src)}:{self._port_of[flow.id][0]}"
-        for host, side in ((flow.src, "src"), (flow.dst, "dst")):
+
+        def abort(host, side):
             self._aborts.append(self.bed.popen(
                 host, ["ss", "-K", "-t", "-n", side, server], f"ss -K {flow.id}",
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+        for host, side in ((flow.src, "src"), (flow.dst, "dst")):
+            self._chores.append(lambda host=host, side=side: abort(host, side))
 
     def started(self, fid: str) -> bool:
         """Whether flow ``fid`` has been told to go (it may have ended since)."""
@@ -380,37 +397,55 @@ class Replayer:
                     pending_events.pop(0)[1](self)
                 now = time.time()
                 next_start = None
+                due = []
                 for fid in self._order:
                     flow = flows[fid]
                     if fid in fired or fid in done or not all(d in done for d in flow.after):
                         continue
                     ready_at = max([results[d].end for d in flow.after] or [self.t0]) + flow.at_s
                     if now >= ready_at:
-                        # The gate hears of a flow when it is due, whether or
-                        # not its server listens yet: a queue for credit is
-                        # then in the order the workload made flows due, not
-                        # in the order helper processes happened to start.
-                        if fid not in self._admitted and (self.gate is None or self.gate(flow)):
-                            self._admitted.add(fid)
-                        if fid in self._admitted and fid in self._listening:
-                            self._agents[flow.dst].send({"op": "go", "id": fid})
-                            fired[fid] = now
+                        due.append((ready_at, fid))
                     else:
                         next_start = ready_at if next_start is None else min(next_start, ready_at)
+                # The gate hears of a flow when it is due, whether or not its
+                # server listens yet, and of flows found due together in the
+                # order they came due (a stable sort: plan order among ties).
+                # A queue for credit is then in the order the workload made
+                # flows due, not in the order helper processes happened to
+                # start, nor in plan order after the loop was busy (moving
+                # flows off a failed port) while several came due.
+                for _, fid in sorted(due, key=lambda item: item[0]):
+                    flow = flows[fid]
+                    if fid not in self._admitted and (self.gate is None or self.gate(flow)):
+                        self._admitted.add(fid)
+                    if fid in self._admitted and fid in self._listening:
+                        self._agents[flow.dst].send({"op": "go", "id": fid})
+                        fired[fid] = now
                 # Arm the next wave.  After the go messages: starting servers
                 # takes milliseconds each, which a flow whose dependencies just
-                # ended should not wait for.
-                pending = []
-                for fid in list(self._order):
+                # ended should not wait for.  The earliest first and only
+                # ARM_PER_PASS per pass, so that a flow already due (one resent
+                # after a failure) gets its go as soon as its server listens,
+                # not after the servers of every flow moved with it.
+                pending, armable = [], []
+                for fid in self._order:
                     if fid in self._armed or fid in done:
                         continue
                     arm_at = self._arm_at(flows[fid])
                     if arm_at is None:
                         continue
                     if time.time() >= arm_at:
-                        self._arm(fid)
+                        armable.append((arm_at, fid))
                     else:
                         pending.append(arm_at)
+                armable.sort(key=lambda item: item[0])
+                for _, fid in armable[:ARM_PER_PASS]:
+                    self._arm(fid)
+                if len(armable) > ARM_PER_PASS:
+                    pending.append(time.time())     # more to arm: no waiting
+                elif self._chores:
+                    self._chores.popleft()()
+                    pending.append(time.time())     # maybe more chores: no waiting
                 if pending:
                     next_start = min(pending) if next_start is None else min(next_start, *pending)
                 if pending_events:
@@ -441,6 +476,8 @@ class Replayer:
                 if self.progress:
                     self.progress(len(done), len(flows))
         finally:
+            while self._chores:
+                self._chores.popleft()()
             for agent in self._agents.values():
                 agent.stop()
             for server in self._servers.values():

@@ -51,3 +51,20 @@ def test_a_setting_reaches_libiperf_and_none_leaves_the_kernels_default(field, g
 
     assert held(ClientSpec("127.0.0.1", 5999, bytes=312500, **{field: value})) == value
     assert held(ClientSpec("127.0.0.1", 5999, bytes=312500)) == 0
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs libiperf")
+def test_building_a_client_starts_no_process_once_libiperf_is_known(monkeypatch):
+    """The wrapper's own library lookup runs ldconfig, gcc and ld for every
+    client; a forked client must start sending when told, not after that."""
+    import subprocess
+    from emu.live import iperf_worker
+    iperf_worker.libiperf.cache_clear()
+    assert "libiperf" in iperf_worker.libiperf()
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args[0] if args else kwargs}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    for _ in range(2):
+        assert build_client(ClientSpec("127.0.0.1", 5999, bytes=1000)).lib is not None

@@ -121,12 +121,12 @@ class _Replayer:
 
 
 def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
-    flows = [SimpleNamespace(id="a", src="h1", dst="h9"),    # behind the ToR: moves
+    flows = [SimpleNamespace(id="g", src="h1", dst="h8"),    # not armed yet: rehosted
+             SimpleNamespace(id="a", src="h1", dst="h9"),    # behind the ToR: moves
              SimpleNamespace(id="b", src="h2", dst="h1"),    # ends on one NIC: stays
              SimpleNamespace(id="c", src="h3", dst="h4"),    # elsewhere: untouched
              SimpleNamespace(id="d", src="h5", dst="h6"),    # GPU cut off: stranded
              SimpleNamespace(id="f", src="h7", dst="h1"),    # already done
-             SimpleNamespace(id="g", src="h1", dst="h8"),    # not armed yet: rehosted
              SimpleNamespace(id="h", src="h1", dst="h3")]    # armed, not started: rehosted
     bed = _Bed()
     event = pf.ToRFailure(bed, "s1", {"h1": "h2", "h5": None})
@@ -140,7 +140,8 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     event.finish()
     assert event.noticed_s == 0.05
     assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h8"),
-                              ("h", "h2", "h3")]
+                              ("h", "h2", "h3")], \
+        "flows that started move first (a running one is due again at once), then plan order"
     assert event.moved == ["a"], "only a running flow is resent; a finished one stays"
     assert event.rehosted == ["g", "h"], "a flow not started yet starts from the new port"
     assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"

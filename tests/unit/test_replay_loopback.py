@@ -146,13 +146,19 @@ def test_a_move_keeps_an_armed_flows_due_time_and_resends_a_running_one_now(tmp_
     def fail_a(replayer):
         moved["running"] = (replayer.started("slow"), replayer.move("slow", src="a2"))
         moved["armed"] = (replayer.started("due"), replayer.move("due", src="a2"))
+        # The resent one's server is starting already; the one due later waits
+        # for the loop to arm it, and nothing was started to end the old ones.
+        moved["armed at once"] = sorted(f for f in ("slow~m1", "due~m1")
+                                        if f in replayer._armed)
+        moved["ss started in the callback"] = any(args[0] == "ss" for _, args in bed.started)
 
     dag = FlowDag([Flow("slow", "a", "b", 2_000_000, rate_mbps=16.0),
                    Flow("due", "a", "b", 20_000, at_s=1.5)])
     replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", events=[(0.4, fail_a)],
                         agent_hosts=["a2"])
     results = {r.id: r for r in replayer.run()}
-    assert moved == {"running": (True, "slow~m1"), "armed": (False, "due~m1")}
+    assert moved == {"running": (True, "slow~m1"), "armed": (False, "due~m1"),
+                     "armed at once": ["slow~m1"], "ss started in the callback": False}
     # The running one's connections are destroyed at both ends (behind a
     # failed port they would linger with its four-tuple); the armed one had none.
     server = f"127.0.0.2:{PortBook(bed.ecmp_seed).server('a', 'slow')}"
@@ -268,6 +274,33 @@ def test_the_gate_hears_of_flows_in_the_order_they_are_due_not_as_servers_start(
     assert asked[0] == "first", f"the gate was asked {asked}"
     assert results["second"].start >= results["first"].end - 0.05, \
         "the flow due first got the credit although its server listened later"
+
+
+def test_flows_found_due_together_reach_the_gate_in_the_order_they_came_due(tmp_path):
+    """A loop held up (here by an event callback, as moving flows off a failed
+    port holds it) finds several flows due at once: the credit queue still
+    gets them by due time, not in plan order."""
+    bed = LoopbackBed(["p1", "p2", "d"])
+    asked, holder = [], []
+
+    def gate(flow):            # one stream into d at a time
+        if flow.id not in asked:
+            asked.append(flow.id)
+        if holder and holder[0] != flow.id:
+            return False
+        holder[:] = [flow.id]
+        return True
+
+    # Planned first but due last, so that plan order and due order differ.
+    dag = FlowDag([Flow("due-later", "p1", "d", 100_000, at_s=0.35),
+                   Flow("due-first", "p2", "d", 100_000, at_s=0.30)])
+    busy = [(0.25, lambda _replayer: time.sleep(0.3))]
+    results = {r.id: r for r in Replayer(bed, dag, 1000.0, tmp_path / "flows", gate=gate,
+                                         on_done=lambda r: holder.clear(),
+                                         events=busy).run()}
+    assert all(r.status == "ok" for r in results.values()), results
+    assert asked == ["due-first", "due-later"], f"the gate was asked {asked}"
+    assert results["due-later"].start >= results["due-first"].end - 0.05
 
 
 def test_the_clock_starts_once_the_first_waves_processes_are_ready(tmp_path):
