@@ -34,10 +34,12 @@ pyroute2's ``IPRoute`` methods; unit tests give a recording fake.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Dict, List, Optional, Set, Tuple
 
 from controllers.intents import Batch, Intent, Lightpath, PinHop, Reset, Route, UnpinHop
+from controllers.netlink.routes import NextHop, RouteSpec
 from topologies.fabric import HOST, OCS, Fabric
 from topologies.naming import ROUTER_MAC, interface
 
@@ -59,6 +61,7 @@ PATCH_CLASS = 0x10001       # u32 wants a class id; the mirred action decides al
 ENETDOWN = 100
 ESRCH = 3
 MAX_HOPS = 32
+WRITE_ROUNDS = 3            # writes of a batch's refused routes before one at a time
 IFF_UP = 0x1
 IFF_LOWER_UP = 0x10000
 
@@ -79,17 +82,20 @@ class NetlinkApplier:
         self.sockets: Dict[str, object] = {}          # switch -> IPRoute-like socket
         self.patches: Dict[str, object] = {}          # OCS -> PatchSocket (fast path)
         self.lookups: Dict[str, object] = {}          # router -> RouteLookup
+        self.writers: Dict[str, object] = {}          # router -> RouteWriter (fast path)
         self.indexes: Dict[str, Dict[int, int]] = {}  # switch -> port -> ifindex
         self.ready: set = set()
         self.errors: List[str] = []
         self._locks: Dict[str, threading.Lock] = {}
 
     # ------------------------------------------------------------ namespaces
-    def attach(self, switch: str, socket, patch=None, lookup=None) -> None:
+    def attach(self, switch: str, socket, patch=None, lookup=None, writer=None) -> None:
         """Take the route socket of a switch's namespace and learn its ports; an
         OCS may come with a `controllers.netlink.patch.PatchSocket`, which then
         lights and tears its circuits, and a router with a
-        `controllers.netlink.lookup.RouteLookup`, which tells flows' paths."""
+        `controllers.netlink.lookup.RouteLookup`, which tells flows' paths, and
+        a `controllers.netlink.routes.RouteWriter`, which then writes its
+        destination routes a batch at a time."""
         if switch not in self.fabric.switches:
             raise NetlinkError(f"{switch!r} is not a switch of {self.fabric.name}")
         ports = {}
@@ -104,6 +110,8 @@ class NetlinkApplier:
             self.patches[switch] = patch
         if lookup is not None:
             self.lookups[switch] = lookup
+        if writer is not None:
+            self.writers[switch] = writer
         self.indexes[switch] = ports
         self._locks[switch] = threading.Lock()
 
@@ -139,18 +147,59 @@ class NetlinkApplier:
             # (a failed ToR's 16 routes took 0.2 s per link event).
             down: Set[int] = set()
             with self._locks[switch]:
-                for intent in intents:
-                    try:
-                        self._apply_one(switch, intent, down, written)
-                    except NetlinkError:
-                        raise
-                    except Exception as exc:   # pyroute2's NetlinkError, OSError...
-                        message = f"{switch}: {intent}: {type(exc).__name__}: {exc}"
-                        self.errors.append(message)
-                        raise NetlinkError(message) from exc
+                routes: List[Route] = []    # a run of routes, written together
+                for intent in list(intents) + [None]:
+                    if isinstance(intent, Route) and switch in self.writers:
+                        routes.append(intent)
+                        continue
+                    if routes:
+                        self._guarded(switch, routes[0],
+                                      lambda: self._write_routes(switch, routes, down))
+                        routes = []
+                    if intent is not None:
+                        self._guarded(switch, intent,
+                                      lambda: self._apply_one(switch, intent, down, written))
         if not written:
             return None
         return min(before for before, _ in written), max(after for _, after in written)
+
+    def _guarded(self, switch: str, intent: Intent, apply) -> None:
+        """Run ``apply``; any error becomes a NetlinkError naming the switch and
+        the intent (kept in ``errors``)."""
+        try:
+            apply()
+        except NetlinkError:
+            raise
+        except Exception as exc:   # pyroute2's NetlinkError, OSError...
+            message = f"{switch}: {intent}: {type(exc).__name__}: {exc}"
+            self.errors.append(message)
+            raise NetlinkError(message) from exc
+
+    def _write_routes(self, switch: str, routes: List[Route], down: Set[int]) -> None:
+        """Several destination routes through the switch's `RouteWriter`, a write
+        at a time.  Routes the kernel refused because a port just went down
+        (ENETDOWN) are written again without the ports found down, which are
+        looked up once per refused write, as `_replace_route` does per route;
+        any other refusal is an error."""
+        pending = list(routes)
+        for _ in range(WRITE_ROUNDS):
+            specs = [self._route_spec(switch, route.dst_ip,
+                                      tuple(port for port in route.ports if port not in down))
+                     for route in pending]
+            codes = self.writers[switch].replace(specs)
+            for route, code in zip(pending, codes):
+                if code and code != ENETDOWN:
+                    raise NetlinkError(f"{switch}: {route}: the kernel refused it: "
+                                       f"{os.strerror(code)}")
+            pending = [route for route, code in zip(pending, codes) if code == ENETDOWN]
+            if not pending:
+                return
+            up = self._ports_up(switch, self.sockets[switch])
+            down.update(port for port, is_up in up.items() if not is_up)
+            LOG.info("%s: %d route(s) refused, port(s) %s down in the kernel", switch,
+                     len(pending), sorted(down))
+        for route in pending:       # ports still going down as we write: one at a time
+            self._replace_route(switch, self.sockets[switch], route.dst_ip, route.ports, down)
 
     def sync(self) -> None:
         """Nothing to wait for: a netlink acknowledgement means the kernel applied it."""
@@ -263,6 +312,13 @@ class NetlinkApplier:
             return dict(spec, **hops[0])
         return dict(spec, multipath=hops)
 
+    def _route_spec(self, switch: str, dst_ip: str, ports) -> RouteSpec:
+        """`_route` for the `RouteWriter`: the same next hops."""
+        hops = tuple(NextHop(self.indexes[switch][port],
+                             None if self._peer_is_host(switch, port) else GATEWAY)
+                     for port in sorted(ports))
+        return RouteSpec(dst_ip, hops, MAIN_TABLE, PROTO_FABRIC)
+
     @staticmethod
     def _pin_rule(src_ip: str, dst_ip: str, table: int) -> dict:
         return {"table": table, "priority": table, "src": src_ip, "src_len": 32,
@@ -374,7 +430,7 @@ class NetlinkApplier:
 
     def close(self) -> None:
         for sock in list(self.sockets.values()) + list(self.patches.values()) + \
-                list(self.lookups.values()):
+                list(self.lookups.values()) + list(self.writers.values()):
             try:
                 sock.close()
             except Exception:      # closing on the way out: nothing left to protect
@@ -382,4 +438,5 @@ class NetlinkApplier:
         self.sockets.clear()
         self.patches.clear()
         self.lookups.clear()
+        self.writers.clear()
 

@@ -28,6 +28,7 @@ from controllers.netlink.applier import NetlinkApplier
 from controllers.netlink.events import LinkWatcher, is_up
 from controllers.netlink.lookup import RouteLookup
 from controllers.netlink.patch import PatchSocket
+from controllers.netlink.routes import RouteWriter
 from controllers.service import FabricService
 from topologies.fabric import Fabric
 
@@ -39,7 +40,7 @@ class KernelPlane:
     """The service over the netlink applier, and the ``attach`` op that starts it."""
 
     def __init__(self, fabric: Fabric, tdf: float = 1.0, route_socket=None, event_socket=None,
-                 patch_socket=None, lookup_socket=None):
+                 patch_socket=None, lookup_socket=None, writer_socket=None):
         self.fabric = fabric
         self.applier = NetlinkApplier(fabric)
         self.service = FabricService(fabric, self.applier, tdf=tdf)
@@ -49,6 +50,8 @@ class KernelPlane:
             lambda pid: PatchSocket(namespaces.netlink_socket(pid)))
         self.lookup_socket = lookup_socket or (
             lambda pid: RouteLookup(namespaces.netlink_socket(pid)))
+        self.writer_socket = writer_socket or (
+            lambda pid: RouteWriter(namespaces.netlink_socket(pid)))
         self.watcher = LinkWatcher(self.applier.port_of, self._ports_changed)
         self._attached = threading.Lock()
 
@@ -67,7 +70,8 @@ class KernelPlane:
             ocs = switch in self.fabric.ocs_switches
             self.applier.attach(switch, self.route_socket(pids[switch]),
                                 patch=self.patch_socket(pids[switch]) if ocs else None,
-                                lookup=None if ocs else self.lookup_socket(pids[switch]))
+                                lookup=None if ocs else self.lookup_socket(pids[switch]),
+                                writer=None if ocs else self.writer_socket(pids[switch]))
         # Subscribe before reading the ports' state, so no change falls between.
         events = {switch: self.event_socket(pids[switch]) for switch in self.fabric.switches}
         for switch in self.fabric.switches:

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from fake_kernel import FakeKernel, FakeLookup, FakeNetlinkError, trace
+from fake_kernel import FakeKernel, FakeLookup, FakeNetlinkError, FakeRouteWriter, trace
 from fakes import FakeNetwork, RecordingApplier, assert_delivered
 
 from controllers.netlink import applier as netlink
@@ -22,18 +22,23 @@ from controllers.netlink.namespaces import ThreadBoundSocket
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.service import FabricService
 from topologies import hybrid, rail_fabric, registry
+from topologies.fabric import OCS
 from topologies.naming import ROUTER_MAC
 from traffic import fastlane
 
 
-def kernel_plane(spec: str):
-    """A FabricService over the netlink applier, every switch attached and started."""
+def kernel_plane(spec: str, writers: bool = True):
+    """A FabricService over the netlink applier, every switch attached and started;
+    routers write routes in batches (their `RouteWriter`) unless ``writers`` is
+    False, which leaves them the one-route-at-a-time way."""
     fabric = registry.build(spec)
     kernel = FakeKernel(fabric)
     applier = NetlinkApplier(fabric)
     service = FabricService(fabric, applier)
     for switch in fabric.switches:
-        applier.attach(switch, kernel.sockets[switch])
+        router = writers and fabric.kind(switch) != OCS
+        applier.attach(switch, kernel.sockets[switch],
+                       writer=FakeRouteWriter(kernel.sockets[switch]) if router else None)
     for switch in fabric.switches:
         applier.start(switch, service.start(switch))
     return fabric, kernel, applier, service
@@ -221,8 +226,9 @@ def test_ports_going_down_one_after_another_while_a_route_is_written():
     assert sock.routes[(254, far)]["type"] == "blackhole", "no port left: a blackhole"
 
 
-def test_a_batch_learns_a_down_port_once_not_once_per_route():
-    fabric, kernel, applier, service = kernel_plane("fattree,k=4")
+@pytest.mark.parametrize("writers", [False, True], ids=["one at a time", "batched"])
+def test_a_batch_learns_a_down_port_once_not_once_per_route(writers):
+    fabric, kernel, applier, service = kernel_plane("fattree,k=4", writers=writers)
     edge = fabric.host_port("h1")[0]
     sock = kernel.sockets[edge]
     far_hosts = [h for h in fabric.hosts if len(service.eps.table[edge][h]) == 2]
@@ -233,11 +239,22 @@ def test_a_batch_learns_a_down_port_once_not_once_per_route():
     dump = sock.get_links
     sock.get_links = lambda *indexes: looks.append(1) or dump(*indexes)
     del sock.calls[:]
+    if writers:
+        applier.writers[edge].writes.clear()
     applier.apply({edge: [service.eps.route(edge, h, service.eps.table[edge][h])
                           for h in far_hosts]})
     assert len(looks) == 1, "the port's state is looked up once per batch"
     writes = [call for call in sock.calls if call[:2] == ("route", "replace")]
-    assert len(writes) == len(far_hosts) + 1, "one refusal, then one write per route"
+    refused = [h for h in far_hosts if first in service.eps.table[edge][h]]
+    if writers:
+        assert applier.writers[edge].writes == [len(far_hosts), len(refused)], \
+            "one write of the batch, then one of the routes refused, without the port"
+    else:
+        assert len(writes) == len(far_hosts) + 1, "one refusal, then one write per route"
+    for host in far_hosts:
+        spec = sock.routes[(254, fabric.graph.nodes[host]["ip"])]
+        hops = spec.get("multipath") or [spec]
+        assert first not in [h["oif"] - 100 for h in hops], f"{host}: the down port is out"
     for host in far_hosts:
         spec = sock.routes[(254, fabric.graph.nodes[host]["ip"])]
         assert [h["oif"] for h in spec.get("multipath") or [spec]] == \
@@ -430,7 +447,8 @@ def fake_kernel_plane(fabric, kernel) -> KernelPlane:
 
     plane = KernelPlane(fabric, route_socket=lambda pid: kernel.sockets[f"s{pid}"],
                         event_socket=lambda pid: FakeEvents(),
-                        lookup_socket=lambda pid: FakeLookup(kernel.sockets[f"s{pid}"]))
+                        lookup_socket=lambda pid: FakeLookup(kernel.sockets[f"s{pid}"]),
+                        writer_socket=lambda pid: FakeRouteWriter(kernel.sockets[f"s{pid}"]))
     plane.watcher.watch = lambda switch, sock, ports_up: None
     plane.watcher.start = lambda: plane.watcher
     return plane
