@@ -25,6 +25,10 @@ PinHop / UnpinHop               ``ip rule from src to dst lookup T`` with table 
                                 routing dst by the pinned port / both removed
 ==============================  ==================================================
 
+A router's runs of Route intents go through its
+`controllers.netlink.routes.RouteWriter` where it has one: one write for the
+run, the kernel's answers read after, instead of a request and a wait each.
+
 Every router port carries the one `topologies.naming.ROUTER_MAC`, so the
 neighbour behind a fabric port never depends on which router a circuit leads
 to: a reconfiguration rewrites routes only.  The sockets are anything with
