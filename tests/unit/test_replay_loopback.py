@@ -242,6 +242,25 @@ def test_a_posted_callback_runs_in_the_loop_while_flows_go_on(tmp_path):
         "the follow-up ran after a flow that started while it was pending"
 
 
+class OneStreamGate:
+    """A gate that lets one flow go at a time (one stream into a D), and notes
+    the order it was first asked about each flow."""
+
+    def __init__(self):
+        self.asked, self.holder = [], None
+
+    def __call__(self, flow) -> bool:
+        if flow.id not in self.asked:
+            self.asked.append(flow.id)
+        if self.holder not in (None, flow.id):
+            return False
+        self.holder = flow.id
+        return True
+
+    def done(self, _result) -> None:
+        self.holder = None
+
+
 def test_the_gate_hears_of_flows_in_the_order_they_are_due_not_as_servers_start(
         tmp_path, monkeypatch):
     """A flow whose server comes up late keeps its place in the credit queue."""
@@ -256,22 +275,14 @@ def test_the_gate_hears_of_flows_in_the_order_they_are_due_not_as_servers_start(
 
     monkeypatch.setattr(replay, "start_server", late_for_first)
     bed = LoopbackBed(["p1", "p2", "d"])
-    asked, holder = [], []
-
-    def gate(flow):            # one stream into d at a time
-        if flow.id not in asked:
-            asked.append(flow.id)
-        if holder and holder[0] != flow.id:
-            return False
-        holder[:] = [flow.id]
-        return True
+    gate = OneStreamGate()
 
     dag = FlowDag([Flow("first", "p1", "d", 100_000, at_s=0.1),
                    Flow("second", "p2", "d", 100_000, at_s=0.2)])
     results = {r.id: r for r in Replayer(bed, dag, 1000.0, tmp_path / "flows", gate=gate,
-                                         on_done=lambda r: holder.clear()).run()}
+                                         on_done=gate.done).run()}
     assert all(r.status == "ok" for r in results.values()), results
-    assert asked[0] == "first", f"the gate was asked {asked}"
+    assert gate.asked[0] == "first", f"the gate was asked {gate.asked}"
     assert results["second"].start >= results["first"].end - 0.05, \
         "the flow due first got the credit although its server listened later"
 
@@ -281,25 +292,17 @@ def test_flows_found_due_together_reach_the_gate_in_the_order_they_came_due(tmp_
     port holds it) finds several flows due at once: the credit queue still
     gets them by due time, not in plan order."""
     bed = LoopbackBed(["p1", "p2", "d"])
-    asked, holder = [], []
-
-    def gate(flow):            # one stream into d at a time
-        if flow.id not in asked:
-            asked.append(flow.id)
-        if holder and holder[0] != flow.id:
-            return False
-        holder[:] = [flow.id]
-        return True
+    gate = OneStreamGate()
 
     # Planned first but due last, so that plan order and due order differ.
     dag = FlowDag([Flow("due-later", "p1", "d", 100_000, at_s=0.35),
                    Flow("due-first", "p2", "d", 100_000, at_s=0.30)])
     busy = [(0.25, lambda _replayer: time.sleep(0.3))]
     results = {r.id: r for r in Replayer(bed, dag, 1000.0, tmp_path / "flows", gate=gate,
-                                         on_done=lambda r: holder.clear(),
+                                         on_done=gate.done,
                                          events=busy).run()}
     assert all(r.status == "ok" for r in results.values()), results
-    assert asked == ["due-first", "due-later"], f"the gate was asked {asked}"
+    assert gate.asked == ["due-first", "due-later"], f"the gate was asked {gate.asked}"
     assert results["due-later"].start >= results["due-first"].end - 0.05
 
 
