@@ -18,7 +18,8 @@ and the unit tests check that the two agree at small scale.  Definitions:
 * ``ocs`` / ``ocs_ports``: OCS blocks and their wired ports.
 * ``diameter``: the worst GPU pair's fewest forwarding elements on a path:
   packet switches and transit GPUs count one each; OCS circuits and in-server
-  NVLink switches count zero (so ROFT is 5, ZCube 2, as the texts count hops).
+  NVLink switches count zero (so ROFT is 5, ZCube(n, 2) 2 and ZCube(n, k) k,
+  as the texts count hops).
   OCS fabrics are measured over their default circuits.
 * ``bisection_gbps``: max-flow across the builder's worst balanced GPU cut
   (``bisection_half``), OCS treated as non-blocking nodes: the best any

@@ -21,8 +21,29 @@ t goes to D switch (i*q + t) mod |D|; with no D-heavy switches they form a
 random q-regular graph instead.  QoS isolation is the emulator's business:
 each switch-switch edge carries ``lane`` ("expander" or "fast") and each GPU
 edge ``lane="access"``.  Ports of one switch: its downlinks + expander +
-fast-lane links (48-52 in the text's cell; here d = q = 8 gives 48 for a P
-switch).
+fast-lane links (48-52 in the text's cell; see "The text's two
+constructions" below).
+
+The text's two constructions, and which one `params_at` builds:
+
+* The 1024-GPU cell (section 10, "1024 GPU Cell Deployment"): 64 switches,
+  *each* with 32 GPU/NIC downlinks, 8 expander links and 8-12 KV fast-lane
+  links, 48-52 ports.  Lanes run P -> D, so a D-bearing switch ends more of
+  them: at P:D = 3:2 the 38 P switches' q = 8 lanes (304) land on 26
+  D-heavy switches, 11-12 each.  `params_at` builds this: d_degree = d = 8,
+  d_downlinks = k = 32, so P switches have 32 + 8 + 8 = 48 ports and D-heavy
+  switches 32 + 8 + 11..12 = 51..52 (`port_range`).
+* The "Simplified Variant: D-centric Asymmetric Expander", which the text
+  offers *instead of* fast lanes: P switches 32 downlinks + 8 expander (40),
+  D-heavy switches 24-28 downlinks + 12-16 expander (40).  Spec:
+  ``rail-fabric,switches=64,downlinks=32,degree=8,fast_lanes=0,d_switches=26,
+  d_downlinks=28,d_degree=12`` (`D_CENTRIC`).
+
+Before this was written down `params_at` mixed the two: D-heavy switches got
+the variant's extra expander links (the builder's default d_degree = d +
+d/2 = 12) on top of the cell's 32 downlinks and 11-12 lanes, 55-56 ports,
+outside the text's 48-52.  The builder's default d_degree is unchanged (the
+small emulated builds use 3 against 2).
 
 How it is modelled: one host per NIC port, as in ``zcube``; D-heavy switches
 are the last ``d_switches`` (alternating even/odd, so both NIC layers get
@@ -219,7 +240,29 @@ def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[
     switches = max(2, gpus * 2 // 32)
     d_switches = int(round(switches * 0.4 / 2)) * 2
     return {"switches": switches, "downlinks": 32, "degree": 8, "fast_lanes": 8,
-            "d_switches": d_switches}
+            "d_switches": d_switches, "d_degree": 8}
+
+
+#: The text's simplified D-centric variant of the 1024-GPU cell: no fast lanes,
+#: D-heavy switches trade 4 downlinks for 4 more expander links (40 ports each).
+D_CENTRIC = {"switches": 64, "downlinks": 32, "degree": 8, "fast_lanes": 0, "d_switches": 26,
+             "d_downlinks": 28, "d_degree": 12}
+
+
+def port_range(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: int = 1,
+               d_switches: int = 2, d_downlinks: int = 0, d_degree: int = 0, seed: int = 1,
+               **_ignored) -> Dict[str, Tuple[int, int]]:
+    """Role -> (fewest, most) ports of its switches (`counts` keeps the most):
+    the text's cell gives {"p-switch": (48, 48), "d-switch": (51, 52)}."""
+    heavy, down, _ = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
+    expander, lanes = switch_links(switches, degree, fast_lanes, d_switches, d_degree, seed,
+                                   downlinks, d_downlinks)
+    result: Dict[str, Tuple[int, int]] = {}
+    for s, ports in enumerate(_radix(switches, down, expander, lanes)):
+        role = "d-switch" if s in heavy else "p-switch"
+        low, high = result.get(role, (ports, ports))
+        result[role] = (min(low, ports), max(high, ports))
+    return result
 
 
 # ------------------------------------------------------------------ lanes, small builds

@@ -113,3 +113,48 @@ def params_at(gpus: int, radix: Optional[int] = None, gpus_per_server: Optional[
         raise FabricError(f"railfly: {gpus:,} GPUs need {ports:,}-port rail switches, more than "
                           f"the {LARGEST_CHASSIS}-port chassis of the text's table")
     return {"rails": TEXT_RAILS, "servers": gpus // TEXT_RAILS}
+
+
+# ------------------------------------------------------------------ against ZCube
+#: Section 8's last paragraph: "With the same 128 switches, RailFly uses 1 port
+#: per GPU, 5.5% for interconnection, connecting ~15,488 GPUs; ZCube uses 2
+#: ports per GPU, 50% for interconnection, capping at 4,096 GPUs ... ~3.8x".
+TEXT_SAME_SWITCHES = {"switches": 128, "railfly_gpus": 15488, "zcube_gpus": 4096,
+                      "railfly_interconnect_pct": 5.5, "zcube_interconnect_pct": 50.0,
+                      "ratio": 3.8}
+
+
+def versus_zcube(switches: int = 128, radix: int = 128, rails: int = TEXT_RAILS) -> dict:
+    """GPUs RailFly and ZCube(n, 2) connect with the same ``switches`` radix-``radix``
+    switches (the text: 128 x 128-port 51.2T, 15,488 against 4,096, 3.8x).
+
+    RailFly: ``switches / rails`` separate units (16 of 8 rails), each rail
+    switch radix - (rails - 1) GPU ports (121) and rails - 1 mesh ports, so a
+    unit is the 968-GPU row of the scale table; the units are not wired to
+    one another (the text compares GPUs per switch budget, not one fabric).
+    ZCube: n = radix / 2 (2n-port switches), 2n switches per cell, n^2 GPUs
+    (ZCube(64, 2): 128 switches, 4,096 GPUs), ``switches / 2n`` cells.
+    Interconnect share = switch ports not facing a GPU / all switch ports.
+    Counts come from each builder's `counts`.
+    """
+    if switches < 1 or radix < rails or switches % rails or radix % 2:
+        raise FabricError(f"railfly.versus_zcube: switches must be a multiple of rails={rails} "
+                          f"and radix even and >= rails, got switches={switches}, radix={radix}")
+    from topologies import zcube                     # a sibling builder, for its counts
+    unit = counts(rails=rails, servers=radix - (rails - 1))
+    cell = zcube.counts(n=radix // 2)
+    if switches % cell.total_switches:
+        raise FabricError(f"railfly.versus_zcube: switches={switches} is not whole ZCube cells "
+                          f"of {cell.total_switches} switches (2 x radix/2)")
+    rows = []
+    for name, one, copies in (("railfly", unit, switches // rails),
+                              ("zcube", cell, switches // cell.total_switches)):
+        ports = sum(n * one.switch_ports[role][0] for role, n in one.switches.items())
+        rows.append({"fabric": name, "copies": copies, "switches": copies * one.total_switches,
+                     "gpus": copies * one.gpus, "ports_per_gpu": one.nic_ports // one.gpus,
+                     "switch_ports": copies * ports,
+                     "interconnect_pct": 100.0 * (ports - one.nic_ports) / ports})
+    railfly_row, zcube_row = rows
+    text = TEXT_SAME_SWITCHES if (switches, radix, rails) == (128, 128, TEXT_RAILS) else None
+    return {"switches": switches, "radix": radix, "rows": rows,
+            "ratio": railfly_row["gpus"] / zcube_row["gpus"], "text": text}

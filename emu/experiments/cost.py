@@ -6,8 +6,10 @@ scenario's ``[cost.prices]`` overrides.  The run folder gets cost.csv and
 cost.md; result.json holds the Table 6 comparison at 16,384 GPUs, RFabric's
 cost-efficiency over FT against the text's 1.81x, and one row per (radix, GPU
 count, fabric) in ``network_cost``, from which the run report draws
-cost_vs_gpus.png (cost against GPU count per fabric, Figure 7's analogue) and
-cost_per_gpu.png.
+cost_vs_gpus.png (cost against GPU count per fabric, Figure 7's analogue),
+cost_per_gpu.png and cost_share_of_gpu.png (network cost as a share of the
+GPUs' cost at ``gpu_price``, Figure 7's main claim; FT and ROFT coincide and
+are drawn so both stay visible).
 """
 
 from __future__ import annotations
@@ -92,14 +94,16 @@ def run(ctx: Context) -> Outcome:
     # What the report's cost plots are drawn from (emu.report.fabric_plots).
     network_cost = [{"radix": row["radix"], "gpus": row["gpus"], "fabric": row["fabric"],
                      "label": row["label"], "cost_million_usd": row["cost_total"] / 1e6,
-                     "cost_per_gpu_usd": row["cost_per_gpu"]} for row in rows]
+                     "cost_per_gpu_usd": row["cost_per_gpu"],
+                     "share_of_gpu_cost_pct": 100 * row["share_of_gpu_cost"],
+                     "gpu_price_usd": settings["gpu_price"]} for row in rows]
     efficiency = [{"radix": radix, "gpus": gpus, "cost_efficiency_ratio": value}
                   for radix in settings["radices"] for gpus in settings["gpus"]
                   if (value := cost.rfabric_ratio(rows, radix, gpus)) is not None]
 
     ctx.log(f"cost table: {len(rows)} rows ({len(settings['fabrics'])} fabrics x "
             f"{len(settings['gpus'])} GPU counts x {len(settings['radices'])} radices) -> "
-            f"cost.csv, cost.md, cost_vs_gpus.png, cost_per_gpu.png")
+            f"cost.csv, cost.md, cost_vs_gpus.png, cost_per_gpu.png, cost_share_of_gpu.png")
     ctx.log(f"ZCube Table 6 at {TEXT_SCALE} (text in brackets):")
     for row in table6:
         ctx.log(f"  {row['label']:<10} ${row['cost_million_usd']:5.1f}M "

@@ -6,13 +6,20 @@ length; section 3's KV table (32K / 128K / 200K) against the text; the P:D
 ratio of the scenario's workload; section 4's four profiles (0.64, 1.27,
 2.55, 1.15 at h = 1) next to the text's numbers and with the scenario's
 headroom; and N_D = max(compute, KV memory, KV ingress) with the term that
-binds.  Everything goes to result.json's metrics (and so report.md).
+binds.  Section 5's ZCube cell table: per cell size its nodes, balanced k,
+ports and switches, the P/D node split of ``cell_pd_ratio`` (3:2) in eighths
+of the cell and the equivalent ROFT GPUs at ``roft_gain`` (+15%), beside the
+text's 80P/48D, 320P/192D, 1280P/768D and ~1178 / ~4710 / ~18,842
+(`topologies.zcube.cell_table`).  Everything goes to result.json's metrics
+(and so report.md).
 """
 
 from __future__ import annotations
 
 from emu.experiments.base import Context, Experiment, Network, Outcome
 from emu.schema import Field
+from topologies import zcube
+from topologies.fabric import FabricError
 from traffic import kvcache
 
 SECTION = "pd_calc"
@@ -43,11 +50,23 @@ FIELDS = {
                           minimum=1e-3),
     "ingress_utilization": Field(float, 0.5, "share of ingress_gbps KV may use on average",
                                  minimum=0.01, maximum=1.0),
+    "cells": Field(list, list(zcube.TEXT_CELLS), "GPUs of the ZCube cells of the section-5 "
+                   "table (square, whole 8-GPU nodes in eighths)", item=int, minimum=16),
+    "cell_pd_ratio": Field(float, zcube.TEXT_PD_RATIO, "P:D of the cell table's node split "
+                           "(text: 3:2 = 1.5)", minimum=0.01, maximum=100.0),
+    "roft_gain": Field(float, zcube.ROFT_THROUGHPUT_GAIN, "ZCube throughput per GPU over ROFT "
+                       "(text: +15% = 1.15)", minimum=0.01, maximum=10.0),
 }
 
 
 def check(scenario) -> None:
-    """The schema's bounds are the whole check: the fields are independent."""
+    """Beyond the schema's bounds: each cell of the cell table must be a ZCube(n, 2)."""
+    settings = scenario.section
+    for gpus in settings["cells"]:
+        try:
+            zcube.cell_row(gpus, settings["cell_pd_ratio"])
+        except FabricError as error:
+            raise ValueError(f"pd_calc.cells has {gpus}: {error}") from None
 
 
 def _gb(value: float) -> str:
@@ -80,6 +99,35 @@ def _profile_rows(headroom: float):
              "pd_ratio": p.ratio(), "text_pd_ratio": p.text_ratio,
              "pd_with_headroom_ratio": p.ratio(headroom), "recommended": p.recommended}
             for p in kvcache.TEXT_PROFILES]
+
+
+def _cell_rows(ctx: Context, cells, pd_ratio: float, roft_gain: float):
+    """Section 5's ZCube cell table, logged with the text's figures in brackets."""
+    rows = zcube.cell_table(cells, pd_ratio=pd_ratio, roft_gain=roft_gain)
+    ctx.log(f"ZCube cell table (section 5; P:D {pd_ratio:g}:1 in eighths of the cell, "
+            f"ROFT-equivalent at x{roft_gain:g}; text in brackets):")
+    out = []
+    for row in rows:
+        text = (f" ({row['text_p_nodes']}P / {row['text_d_nodes']}D)"
+                if "text_p_nodes" in row else "")
+        roft = f" (~{row['text_roft_gpus']:,})" if "text_roft_gpus" in row else ""
+        ctx.log(f"  {row['gpus']:>6,} GPUs: {row['nodes']:,} nodes, k = {row['balanced_k']}, "
+                f"{row['ports_per_switch']} ports x {row['switches']} switches, "
+                f"{row['p_nodes']}P / {row['d_nodes']}D{text}, "
+                f"equivalent ROFT GPUs {row['roft_gpus']:,.0f}{roft}")
+        item = {"gpus_count": row["gpus"], "nodes_count": row["nodes"],
+                "balanced_k_count": row["balanced_k"],
+                "ports_per_switch_count": row["ports_per_switch"],
+                "switches_count": row["switches"], "p_nodes_count": row["p_nodes"],
+                "d_nodes_count": row["d_nodes"], "roft_gpus_count": row["roft_gpus"],
+                "zcube_gpus_for_roft_count": row["zcube_gpus_for_roft"]}
+        if "text_p_nodes" in row:
+            item.update(text_p_nodes_count=row["text_p_nodes"],
+                        text_d_nodes_count=row["text_d_nodes"],
+                        text_roft_gpus_count=row["text_roft_gpus"],
+                        roft_gpus_error_pct=100 * (row["roft_gpus"] / row["text_roft_gpus"] - 1))
+        out.append(item)
+    return out
 
 
 def run(ctx: Context) -> Outcome:
@@ -121,7 +169,11 @@ def run(ctx: Context) -> Outcome:
     terms = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in pool.terms.items())
     ctx.log(f"D pool at {s['request_rate']:g} req/s: {terms} -> N_D = {pool.n_d} "
             f"({pool.binding.replace('_', ' ')} binds); N_P = {pool.n_p}")
+    cells = _cell_rows(ctx, s["cells"], s["cell_pd_ratio"], s["roft_gain"])
     return Outcome(metrics={
+        "cells_max_abs_error_pct": max((abs(row["roft_gpus_error_pct"]) for row in cells
+                                        if "roft_gpus_error_pct" in row), default=0.0),
+        "zcube_cells": cells,
         "kv_per_token_bytes": per_token,
         "kv_per_request_bytes": request,
         "kv_per_card_bytes": card,

@@ -5,6 +5,16 @@
   GPU count, one line per fabric and one panel per packet-switch radix, from
   ``metrics.network_cost`` rows ``{"radix", "gpus", "fabric", "label",
   "cost_million_usd", "cost_per_gpu_usd"}``;
+* ``cost_share_of_gpu.png`` (the ``cost`` scenario, Figure 7's main claim:
+  conventional fabrics push network cost toward parity with the GPUs,
+  RFabric keeps it a modest fraction): network cost as a percentage of the
+  GPUs' cost against the GPU count, from the rows' optional
+  ``share_of_gpu_cost_pct`` (and ``gpu_price_usd`` for the title); runs
+  recorded without it get no such plot.
+  In every cost plot a fabric whose line coincides with one drawn before it
+  (FT and ROFT cost the same) is drawn dashed with hollow markers, shifted
+  right by a few percent of the GPU count, and its legend entry says so:
+  "ROFT (= FT, shifted right)";
 * ``fabric_counts.png`` (the ``fabrics`` scenario): per fabric at the scale
   asked, its packet switches and OCSes, optical modules and bisection
   bandwidth, from ``metrics.fabrics`` rows ``{"fabric", "switches", "ocs",
@@ -29,6 +39,10 @@ from emu.report.load import RESULT_FILE
 from emu.report.plots import new_figure
 
 COST_VS_GPUS_PNG, COST_PER_GPU_PNG = "cost_vs_gpus.png", "cost_per_gpu.png"
+COST_SHARE_PNG = "cost_share_of_gpu.png"
+SHARE_KEY = "share_of_gpu_cost_pct"
+# A series equal to an earlier one is drawn at x * SHIFT ** (its rank among such series).
+SHIFT = 2 ** 0.07
 FABRIC_COUNTS_PNG = "fabric_counts.png"
 
 COST_KEY = "network_cost"
@@ -55,45 +69,90 @@ def cost_rows(result: dict, path: Path = Path(RESULT_FILE)) -> List[dict]:
     return rows
 
 
-def plot_cost(rows: Sequence[dict], path: Path, key: str, ylabel: str,
-              log_y: bool) -> Path:
-    """``key`` against the GPU count, a line per fabric, a panel per radix."""
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+
+
+def _overlaps(points: Sequence[tuple], drawn: dict) -> tuple:
+    """(the first series drawn before that shares a point with ``points``, how
+    many points it shares), or (None, 0)."""
+    for label, other in drawn.items():
+        ys = dict(other)
+        shared = sum(1 for x, y in points if x in ys and _same(y, ys[x]))
+        if shared:
+            return label, shared
+    return None, 0
+
+
+def cost_figure(rows: Sequence[dict], key: str, ylabel: str, log_y: bool,
+                title: str = "") -> Figure:
+    """``key`` against the GPU count, a line per fabric, a panel per radix.
+
+    A line that coincides with one drawn before it (at one or more GPU
+    counts) stays visible: dashed, hollow markers, shifted right by a factor
+    `SHIFT` per such line, and its legend entry names the line it equals.
+    """
     radices = list(dict.fromkeys(row["radix"] for row in rows))
     labels = list(dict.fromkeys(str(row["label"]) for row in rows))
     figure = Figure(figsize=(5.5 * len(radices), 4.2))
     FigureCanvasAgg(figure)  # render with Agg: no display, no pyplot state
     for index, radix in enumerate(radices):
         axes = figure.add_subplot(1, len(radices), index + 1)
+        drawn: dict = {}
+        shifted = 0
         for number, label in enumerate(labels):
             points = sorted((row["gpus"], row[key]) for row in rows
                             if row["radix"] == radix and str(row["label"]) == label)
-            # Distinct markers and dashes: FT and ROFT cost the same and would hide each other.
-            axes.plot([p[0] for p in points], [p[1] for p in points], label=label,
-                      marker="osD^vx*"[number % 7], linestyle=("-", "--", ":", "-.")[number % 4],
-                      markersize=7 - number % 3)
+            style = dict(label=label, marker="osD^vx*"[number % 7],
+                         linestyle=("-", "--", ":", "-.")[number % 4], markersize=7 - number % 3)
+            twin, shared = _overlaps(points, drawn)
+            factor = 1.0
+            if twin is not None:
+                shifted += 1
+                factor = SHIFT ** shifted
+                where = "" if shared == len(points) else f" at {shared} of {len(points)} points"
+                style.update(label=f"{label} (= {twin}{where}, shifted right)", linestyle="--",
+                             markerfacecolor="none", markersize=8, linewidth=1.6, zorder=3)
+            drawn[label] = points
+            axes.plot([p[0] * factor for p in points], [p[1] for p in points], **style)
         axes.set_xscale("log", base=2)
         if log_y:
             axes.set_yscale("log")
+        else:
+            axes.set_ylim(bottom=0)     # a share or a price per GPU reads from zero
         axes.set_xlabel("GPUs")
         axes.set_ylabel(ylabel)
-        axes.set_title(f"radix-{radix} EPS")
+        axes.set_title(f"radix-{radix} EPS" + (f"; {title}" if title else ""), fontsize=9)
         axes.grid(True, alpha=0.3)
-        axes.legend(fontsize=8)
+        axes.legend(fontsize=7, loc="best" if log_y else "lower right")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    return figure
+
+
+def plot_cost(rows: Sequence[dict], path: Path, key: str, ylabel: str,
+              log_y: bool, title: str = "") -> Path:
+    """`cost_figure`, saved as a PNG at ``path``."""
+    cost_figure(rows, key, ylabel, log_y, title).savefig(path, dpi=120)
     return path
 
 
 def write_cost_plots(result: dict, run_dir: Path) -> List[Path]:
-    """cost_vs_gpus.png and cost_per_gpu.png, when result.json holds cost rows."""
+    """cost_vs_gpus.png, cost_per_gpu.png and (when the rows hold the share of
+    the GPU cost) cost_share_of_gpu.png, when result.json holds cost rows."""
     run_dir = Path(run_dir)
     rows = cost_rows(result, run_dir / RESULT_FILE)
     if not rows:
         return []
-    return [plot_cost(rows, run_dir / COST_VS_GPUS_PNG, "cost_million_usd",
-                      "network cost ($M)", log_y=True),
-            plot_cost(rows, run_dir / COST_PER_GPU_PNG, "cost_per_gpu_usd",
-                      "network cost per GPU ($)", log_y=False)]
+    written = [plot_cost(rows, run_dir / COST_VS_GPUS_PNG, "cost_million_usd",
+                         "network cost ($M)", log_y=True),
+               plot_cost(rows, run_dir / COST_PER_GPU_PNG, "cost_per_gpu_usd",
+                         "network cost per GPU ($)", log_y=False)]
+    if all(_is_number(row.get(SHARE_KEY)) for row in rows):
+        prices = {row["gpu_price_usd"] for row in rows if _is_number(row.get("gpu_price_usd"))}
+        title = f"GPU at ${prices.pop():,.0f}" if len(prices) == 1 else ""
+        written.append(plot_cost(rows, run_dir / COST_SHARE_PNG, SHARE_KEY,
+                                 "network cost / GPU cost (%)", log_y=False, title=title))
+    return written
 
 
 def count_rows(result: dict) -> List[dict]:

@@ -74,7 +74,12 @@ def test_cost_writes_the_table_the_plots_and_the_text_comparisons(tmp_path, caps
     report_md = (folder / "report.md").read_text()
     assert "![cost_vs_gpus.png](cost_vs_gpus.png)" in report_md
     assert "![cost_per_gpu.png](cost_per_gpu.png)" in report_md
-    assert (folder / "report.html").read_text().count('<img src="data:image/png;base64,') == 2
+    # Figure 7's main claim: network cost as a share of the GPU cost.
+    assert (folder / "cost_share_of_gpu.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![cost_share_of_gpu.png](cost_share_of_gpu.png)" in report_md
+    assert [r["share_of_gpu_cost_pct"] for r in metrics["network_cost"]] == \
+        pytest.approx([100 * float(r["share_of_gpu_cost"]) for r in csv_rows])
+    assert (folder / "report.html").read_text().count('<img src="data:image/png;base64,') == 3
 
     out = capsys.readouterr().out
     assert "ZCube Table 6" in out and "ZCube" in out and "($57M" in out

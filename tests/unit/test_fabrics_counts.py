@@ -27,7 +27,8 @@ SMALL = [
     ("rfabric", {"pods": 4, "train_pods": 2, "circuits": "isolated"}),
     ("rfabric", {"pods": 6, "train_pods": 3, "servers_per_pod": 6, "radix": 12, "core_uplinks": 2}),
     ("rfabric", {"pods": 3, "train_pods": 1, "servers_per_pod": 8}),       # a PoD is cut
-    ("zcube", {}), ("zcube", {"n": 3}), ("zcube", {"n": 6}),
+    ("zcube", {}), ("zcube", {"n": 3}), ("zcube", {"n": 6}), ("zcube", {"n": 4, "k": 3}),
+    ("zcube", {"n": 2, "k": 4}),
     ("railfly", {}), ("railfly", {"rails": 8, "servers": 3}),
     ("railfly", {"rails": 2, "servers": 5, "mesh_links": 2}),
     ("rail-fabric", {}), ("rail-fabric", {"switches": 10, "d_switches": 0, "fast_lanes": 2,

@@ -74,9 +74,10 @@ def test_full_scale_is_the_cost_models_construction():
     assert catalog.scaled_params("rfabric", 1024, 64) == {
         "pods": 4, "train_pods": 2, "servers_per_pod": 32, "gpus_per_server": 8, "radix": 64}
     assert catalog.scaled_params("rail-fabric", 1024, 64) == {
-        "switches": 64, "downlinks": 32, "degree": 8, "fast_lanes": 8, "d_switches": 26}
+        "switches": 64, "downlinks": 32, "degree": 8, "fast_lanes": 8, "d_switches": 26,
+        "d_degree": 8}
     assert registry.spec_at("rail-fabric", 1024, radix=64) == (
-        "rail-fabric,switches=64,downlinks=32,degree=8,fast_lanes=8,d_switches=26")
+        "rail-fabric,switches=64,downlinks=32,degree=8,fast_lanes=8,d_switches=26,d_degree=8")
     with pytest.raises(FabricError, match="^railfly: 16,384 GPUs need 2,055-port rail switches, "
                                           "more than the 768-port chassis"):
         catalog.scaled_params("railfly", 16384, 128)

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from emu.report import main, write_report
-from emu.report.fabric_plots import plot_fabric_counts, write_fabric_plots
+from emu.report.fabric_plots import (COST_SHARE_PNG, SHARE_KEY, cost_figure, plot_fabric_counts,
+                                     write_fabric_plots)
 from test_report import PNG_SIGNATURE, write_run
 
 
@@ -102,3 +103,36 @@ def test_an_old_cost_run_keeps_its_plots_as_other_plots(tmp_path):
     assert [p.name for p in written] == ["report.md", "report.html"]
     assert "Other plots: [cost_vs_gpus.png](cost_vs_gpus.png)" in written[0].read_text()
     assert json.loads((run / "result.json").read_text()) == result
+
+
+def share_result():
+    """Cost rows with the share of the GPU cost: FT and ROFT are the same line."""
+    result = cost_result()
+    for row in result["metrics"]["network_cost"]:
+        row[SHARE_KEY] = row["cost_per_gpu_usd"] / 30000 * 100
+        row["gpu_price_usd"] = 30000.0
+    return result
+
+
+def test_share_of_gpu_cost_plot_is_written_with_ft_and_roft_both_visible(tmp_path):
+    result = share_result()
+    run = write_run(tmp_path / "share", result=result, flows=None)
+    written = write_report(run)
+    assert [p.name for p in written] == ["report.md", "cost_vs_gpus.png", "cost_per_gpu.png",
+                                         COST_SHARE_PNG, "report.html"]
+    assert written[3].read_bytes()[:8] == PNG_SIGNATURE and written[3].stat().st_size > 10_000
+    assert f"![{COST_SHARE_PNG}]({COST_SHARE_PNG})" in written[0].read_text()
+
+    figure = cost_figure(result["metrics"]["network_cost"], SHARE_KEY, "share (%)", log_y=False)
+    for axes in figure.axes:                       # one panel per radix
+        lines = {line.get_label(): line for line in axes.get_lines()}
+        assert set(lines) == {"FT", "ROFT (= FT, shifted right)", "RFabric"}
+        ft, roft = lines["FT"], lines["ROFT (= FT, shifted right)"]
+        assert list(roft.get_ydata()) == list(ft.get_ydata())        # the same values ...
+        assert all(r > f for r, f in zip(roft.get_xdata(), ft.get_xdata()))   # ... shifted
+        assert roft.get_xdata()[0] / ft.get_xdata()[0] < 1.1         # by a little
+        assert roft.get_linestyle() == "--" and roft.get_markerfacecolor() == "none"
+        assert (ft.get_marker(), ft.get_linestyle()) != (roft.get_marker(), "--")
+        legend = [text.get_text() for text in axes.get_legend().get_texts()]
+        assert "FT" in legend and "ROFT (= FT, shifted right)" in legend
+        assert axes.get_ylim()[0] == 0
