@@ -26,11 +26,15 @@ rate (all-to-all rounds, m2n, tree fan-out); the replay measures that.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterable, List, Mapping, Sequence, Tuple, Union
+from itertools import chain, filterfalse
+from operator import attrgetter
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from traffic.flows import Flow, FlowDag, FlowError, ring_allreduce
+from traffic.flows import Flow, FlowDag, FlowError, _ring_steps, ring_allreduce
 
 PairBytes = Union[int, Mapping[Tuple[str, str], int]]
+
+_AFTER, _ID = attrgetter("after"), attrgetter("id")
 
 __all__ = ["ring_allreduce", "hierarchical_allreduce", "all_to_all", "pipeline_p2p", "m2n",
            "point_to_point", "broadcast_tree", "two_stage_broadcast", "sinks", "tree_depth"]
@@ -38,8 +42,10 @@ __all__ = ["ring_allreduce", "hierarchical_allreduce", "all_to_all", "pipeline_p
 
 def sinks(dag: FlowDag) -> Tuple[str, ...]:
     """Ids of the flows nothing in the DAG waits for: where it ends."""
-    waited = {d for f in dag.flows for d in f.after}
-    return tuple(f.id for f in dag.flows if f.id not in waited)
+    afters = list(map(_AFTER, dag.flows))
+    distinct = dict(zip(map(id, afters), afters)).values()   # a shared tuple once
+    waited = set(chain.from_iterable(distinct))
+    return tuple(filterfalse(waited.__contains__, map(_ID, dag.flows)))
 
 
 def _unique(hosts: Sequence[str], what: str) -> None:
@@ -57,15 +63,8 @@ def _pair_bytes(sizes: PairBytes, src: str, dst: str) -> int:
 def _ring_pass(hosts: Sequence[str], chunk: int, steps: int, prefix: str, group: str,
                first_step: int, entry: Mapping[int, Tuple[str, ...]]) -> List[Flow]:
     """``steps`` ring steps (as in `ring_allreduce`); step 0 of rank i waits entry[i]."""
-    n = len(hosts)
-    flows = []
-    for k in range(steps):
-        for i in range(n):
-            deps = entry[i] if k == 0 else (f"{prefix}-s{k - 1}-r{(i - 1) % n}",
-                                            f"{prefix}-s{k - 1}-r{i}")
-            flows.append(Flow(id=f"{prefix}-s{k}-r{i}", src=hosts[i], dst=hosts[(i + 1) % n],
-                              bytes=chunk, after=tuple(deps), step=first_step + k, group=group))
-    return flows
+    return _ring_steps(hosts, chunk, steps, prefix, group, first_step,
+                       [tuple(entry[i]) for i in range(len(hosts))])
 
 
 def _held(prefix: str, steps: int, n: int, i: int) -> Tuple[str, ...]:
@@ -75,7 +74,8 @@ def _held(prefix: str, steps: int, n: int, i: int) -> Tuple[str, ...]:
 
 def hierarchical_allreduce(pods: Sequence[Sequence[str]], total_bytes: int,
                            group: str = "hier-allreduce",
-                           start_after: Iterable[str] = ()) -> FlowDag:
+                           start_after: Iterable[str] = (), *,
+                           label: Optional[str] = None) -> FlowDag:
     """All-reduce of S bytes over P PoDs of n hosts each, in three stages.
 
     1. Intra-PoD reduce-scatter: a ring inside each PoD, n-1 steps of S/n;
@@ -92,7 +92,7 @@ def hierarchical_allreduce(pods: Sequence[Sequence[str]], total_bytes: int,
     P PoD-crossing hops ((N-1)/(P-1) >= n times the load per hop).  A host
     enters a stage once it received its last chunk of the previous one and
     sent its own.  n = 1 leaves only stage 2; P = 1 only stages 1 and 3 (a
-    ring all-reduce).
+    ring all-reduce).  ``label`` is the flows' ``Flow.group`` (default: ``group``).
     """
     count, n = len(pods), len(pods[0]) if pods else 0
     if count < 1 or n < 1 or any(len(p) != n for p in pods):
@@ -102,6 +102,7 @@ def hierarchical_allreduce(pods: Sequence[Sequence[str]], total_bytes: int,
     if count * n < 2:
         raise FlowError("hierarchical all-reduce needs at least 2 hosts")
     start = tuple(start_after)
+    label = group if label is None else label
     local, cross = max(1, total_bytes // n), max(1, total_bytes // (n * count))
     flows: List[Flow] = []
     ready = {(p, i): start for p in range(count) for i in range(n)}
@@ -109,7 +110,7 @@ def hierarchical_allreduce(pods: Sequence[Sequence[str]], total_bytes: int,
     if n > 1:
         for p, hosts in enumerate(pods):
             prefix = f"{group}-rs-p{p}"
-            flows += _ring_pass(hosts, local, n - 1, prefix, group, step,
+            flows += _ring_pass(hosts, local, n - 1, prefix, label, step,
                                 {i: ready[p, i] for i in range(n)})
             for i in range(n):
                 ready[p, i] = _held(prefix, n - 1, n, i)
@@ -118,33 +119,35 @@ def hierarchical_allreduce(pods: Sequence[Sequence[str]], total_bytes: int,
         for i in range(n):
             prefix = f"{group}-x-i{i}"
             ring = [pods[p][i] for p in range(count)]
-            flows += _ring_pass(ring, cross, 2 * (count - 1), prefix, group, step,
+            flows += _ring_pass(ring, cross, 2 * (count - 1), prefix, label, step,
                                 {p: ready[p, i] for p in range(count)})
             for p in range(count):
                 ready[p, i] = _held(prefix, 2 * (count - 1), count, p)
         step += 2 * (count - 1)
     if n > 1:
         for p, hosts in enumerate(pods):
-            flows += _ring_pass(hosts, local, n - 1, f"{group}-ag-p{p}", group, step,
+            flows += _ring_pass(hosts, local, n - 1, f"{group}-ag-p{p}", label, step,
                                 {i: ready[p, i] for i in range(n)})
     return FlowDag(flows, external=start)
 
 
 # ---------------------------------------------------------------- all-to-all
 def all_to_all(hosts: Sequence[str], bytes_per_pair: PairBytes, group: str = "alltoall",
-               start_after: Iterable[str] = ()) -> FlowDag:
+               start_after: Iterable[str] = (), *, label: Optional[str] = None) -> FlowDag:
     """N(N-1) flows in N-1 rounds: in round r host i sends to host i+r (mod N).
 
     Linear shift schedule: every host sends to one peer and receives from one
     peer per round, and starts round r once its send of round r-1 is done.
     ``bytes_per_pair`` is one size m for every pair or a {(src, dst): bytes}
-    mapping (pairs absent or 0 send nothing).  Ids ``{group}-s{r-1}-r{i}``.
+    mapping (pairs absent or 0 send nothing).  Ids ``{group}-s{r-1}-r{i}``;
+    ``label`` is the flows' ``Flow.group`` (default: ``group``).
     """
     n = len(hosts)
     if n < 2:
         raise FlowError(f"all-to-all needs at least 2 hosts, got {n}")
     _unique(hosts, "all-to-all")
     start = tuple(start_after)
+    label = group if label is None else label
     last: Dict[int, Tuple[str, ...]] = {i: start for i in range(n)}
     flows = []
     for r in range(1, n):
@@ -153,7 +156,7 @@ def all_to_all(hosts: Sequence[str], bytes_per_pair: PairBytes, group: str = "al
             if size <= 0:
                 continue
             flow = Flow(id=f"{group}-s{r - 1}-r{i}", src=hosts[i], dst=hosts[(i + r) % n],
-                        bytes=size, after=last[i], step=r - 1, group=group)
+                        bytes=size, after=last[i], step=r - 1, group=label)
             flows.append(flow)
             last[i] = (flow.id,)
     return FlowDag(flows, external=start)

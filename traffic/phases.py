@@ -35,8 +35,11 @@ same hosts are replayed once with their bytes added.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
+import gc
 from collections import OrderedDict
+from itertools import compress
+from operator import attrgetter, not_
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
@@ -44,10 +47,11 @@ from traffic.scale import Scale
 from traffic import collectives as coll
 from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, Transfers,
                            WeightSync)
-from traffic.flows import Flow, FlowDag, ring_allreduce
+from traffic.flows import FlowDag, ring_allreduce
 from traffic.ranks import RankMap
 from traffic.workload import TABLE1, Iteration
 
+_AFTER = attrgetter("after")
 TRAIN_SIDE = ("train-tp", "train-pp", "train-cp", "train-ep")
 GEN_SIDE = ("gen-tp", "gen-ep", "gen-pd", "gen-af", "response")
 PodOf = Callable[[str], Hashable]
@@ -160,9 +164,10 @@ class _Builder:
             size, name = self.emu(comm.bytes * factor * count), f"{prefix}-g{g}"
             pods = _by_pod(hosts, self.pod_of)
             if pods:
-                dags.append(coll.hierarchical_allreduce(pods, size, name, start))
+                dags.append(coll.hierarchical_allreduce(pods, size, name, start,
+                                                        label=comm.kind))
             else:
-                dags.append(ring_allreduce(list(hosts), size, name, start))
+                dags.append(ring_allreduce(list(hosts), size, name, start, label=comm.kind))
         return dags
 
     def _alltoall(self, comm: AllToAll, factor, prefix, start, *_):
@@ -175,7 +180,7 @@ class _Builder:
                 for key, size in pairs.items():
                     merged[key] = merged.get(key, 0.0) + size
         return [coll.all_to_all(list(hosts), {k: self.emu(v * factor) for k, v in pairs.items()},
-                                f"{prefix}-g{g}", start)
+                                f"{prefix}-g{g}", start, label=comm.kind)
                 for g, (hosts, pairs) in enumerate(groups.items())]
 
     def _pipeline(self, comm: Pipeline, factor, prefix, start, micro_batches, compute_s):
@@ -236,36 +241,62 @@ def _with_gap(dag: FlowDag, start: Tuple[str, ...], gap: float) -> FlowDag:
     if not gap or not start:
         return dag
     entry = set(start)
-    flows = [dataclasses.replace(f, at_s=f.at_s + gap) if f.after and set(f.after) <= entry
-             else f for f in dag.flows]
-    return FlowDag(flows, external=dag.external)
+    flows = list(dag.flows)
+    inside: Dict[int, bool] = {}     # id() of an ``after`` tuple -> all in ``start``
+    # Only a flow that waits for something in ``start`` can be an entry flow.
+    apart = map(entry.isdisjoint, map(_AFTER, flows))
+    for i in compress(range(len(flows)), map(not_, apart)):
+        f = flows[i]
+        key = id(f.after)                # many entry flows share ``start`` itself
+        if key not in inside:
+            inside[key] = entry.issuperset(f.after)
+        if inside[key]:
+            flows[i] = f._replace(at_s=f.at_s + gap)
+    return FlowDag._trusted(flows, dag.external, dag._listed)   # same ids and dependencies
 
 
 def _chain(builder: _Builder, comm: Comm, name: str, index: int, max_ops: int,
-           span_s: float) -> Tuple[List[Flow], int]:
-    """The spec's operations as a chain of at most ``max_ops`` replayed ones."""
+           span_s: float) -> Tuple[List[FlowDag], int]:
+    """The spec's operations as a chain of at most ``max_ops`` replayed ones:
+    their DAGs, each waiting (``external``) for the previous operation's."""
     replayed = max(1, min(comm.ops, max_ops))
     factor = comm.ops / replayed
     prefix = f"{name}-c{index}"
     if isinstance(comm, Pipeline):
         stages = max(len(c) for c in comm.chains)
         compute = span_s / (2 * (replayed + stages - 2)) if span_s else 0.0
-        dags = builder.build(comm, factor, prefix, (), replayed, compute)
-        return [f for d in dags for f in d.flows], replayed
+        return builder.build(comm, factor, prefix, (), replayed, compute), replayed
     gap = span_s / replayed if span_s else 0.0
-    flows: List[Flow] = []
+    chain: List[FlowDag] = []
     start: Tuple[str, ...] = ()
     for op in range(replayed):
         dags = builder.build(comm, factor, f"{prefix}-o{op}", start)
         if not dags:
             return [], replayed
         dags = [_with_gap(d, start, gap) for d in dags]
-        flows += [f for d in dags for f in d.flows]
+        chain += dags
         start = tuple(fid for d in dags for fid in coll.sinks(d))
-    return flows, replayed
+    return chain, replayed
 
 
 # ---------------------------------------------------------------- the schedule
+def _gc_paused(build):
+    """Run ``build`` with the cyclic garbage collector off: a schedule at the
+    texts' scale is >1M acyclic objects that only make the collector rescan
+    the heap (a third of the build time), never cycles to reclaim."""
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        if not gc.isenabled():
+            return build(*args, **kwargs)
+        gc.disable()
+        try:
+            return build(*args, **kwargs)
+        finally:
+            gc.enable()
+    return wrapper
+
+
+@_gc_paused
 def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale(),
                  max_ops: int = 4, link_gbps: float = 400.0, pod_of: Optional[PodOf] = None,
                  chunks: int = 1, spans: Optional[Mapping[str, float]] = None) -> Schedule:
@@ -295,18 +326,21 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
         if kind in spans:
             span_s = scale.emu_seconds(spans[kind])
         comms = iteration.of_kind(kind)
-        flows, replayed = [], 1
+        parts: List[FlowDag] = []
+        replayed = 1
         for index, comm in enumerate(comms):
             chain, replayed_here = _chain(builder, comm, kind, index, max_ops, span_s)
-            flows += chain
+            parts += chain
             replayed = max(replayed, replayed_here)
+        flows = [f if f.group == kind else f._replace(group=kind)
+                 for part in parts for f in part.flows]
         total = sum(c.ops * c.bytes_per_op() for c in comms)
         networked = sum(c.network_bytes(rank_map) for c in comms)
         if total - networked > 0:
             off[kind] = total - networked
         if not flows:
             return
-        dag = FlowDag([dataclasses.replace(f, group=kind) for f in flows])
+        dag = FlowDag._joined(flows, parts)      # validated unless its parts show it valid
         ideal = max(dag.ideal_finish_s(rate_bps).values())
         first = span_s / replayed if kind == "response" else 0.0
         phases[kind] = Phase(kind, kind, TABLE1[kind].stage, TABLE1[kind].window,

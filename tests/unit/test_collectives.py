@@ -250,3 +250,17 @@ def test_two_stage_broadcast_trees_wait_for_their_roots():
     assert finish(dag) == pytest.approx(3 + 6 * tree_depth(4, 2)), \
         "stage 1 (3 s) then the deeper tree (2 levels of 6 s)"
     assert set(sinks(dag)) == {"ws-b0-c0-n2", "ws-b0-c0-n3", "ws-b1-c0-n1"}
+
+
+# ---------------------------------------------------------------- label
+def test_label_sets_the_group_but_not_the_ids_or_anything_else():
+    def relabelled(dag, label):
+        return [Flow(f.id, f.src, f.dst, f.bytes, f.at_s, f.after, f.step, label)
+                for f in dag.flows]
+
+    plain = all_to_all(hosts(4), 400, group="a2a", start_after=("w",))
+    assert all_to_all(hosts(4), 400, group="a2a", start_after=("w",), label="ep").flows == \
+        relabelled(plain, "ep")
+    plain = hierarchical_allreduce(pods_of(2, 3), 6000, group="hier")
+    assert hierarchical_allreduce(pods_of(2, 3), 6000, group="hier", label="dp").flows == \
+        relabelled(plain, "dp")

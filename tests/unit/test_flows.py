@@ -156,3 +156,128 @@ def test_ring_allreduce_refuses_bad_rings(ring, message):
 def test_tiny_allreduce_still_sends_a_byte_per_flow():
     dag = ring_allreduce(hosts(4), 2)
     assert {f.bytes for f in dag.flows} == {1}
+
+
+# ---------------------------------------------------------------- fast paths
+def _reference_order(flows):
+    """The original recursive depth-first post-order."""
+    by_id, order, state = {f.id: f for f in flows}, [], {}
+
+    def visit(fid):
+        if state.get(fid) == "done":
+            return
+        state[fid] = "active"
+        for dep in by_id[fid].after:
+            if dep in by_id:
+                visit(dep)
+        state[fid] = "done"
+        order.append(by_id[fid])
+
+    for flow in flows:
+        visit(flow.id)
+    return order
+
+
+def test_a_list_out_of_order_gets_the_same_order_as_before():
+    import random
+    rng = random.Random(7)
+    for trial in range(20):
+        n = 60
+        shared = tuple(f"f{i}" for i in range(10))          # a long tuple many flows share
+        flows = []
+        for i in range(n):
+            if i > 20 and trial % 2:
+                after = shared
+            else:
+                after = tuple(f"f{j}" for j in rng.sample(range(i), min(i, rng.randint(0, 3))))
+            flows.append(Flow(f"f{i}", "h1", "h2", 1 + i, after=after))
+        rng.shuffle(flows)
+        dag = FlowDag(flows)
+        assert [f.id for f in dag.topological_order()] == \
+            [f.id for f in _reference_order(flows)]
+        ordered = FlowDag(dag.topological_order())
+        assert dag.ideal_finish_s(8e6, 0.01) == ordered.ideal_finish_s(8e6, 0.01), \
+            "the finish times do not depend on the listing order"
+
+
+def test_a_listed_in_order_dag_keeps_its_order():
+    dag = ring_allreduce(hosts(4), 4000)
+    assert dag.topological_order() == dag.flows
+
+
+def test_long_chains_need_no_recursion():
+    n = 5000                                     # deeper than the recursion limit
+    flows = [Flow(f"f{i}", "h1", "h2", 1, after=(f"f{i - 1}",) if i else ())
+             for i in range(n)][::-1]            # listed last first: a depth-first walk
+    dag = FlowDag(flows)
+    assert [f.id for f in dag.topological_order()] == [f"f{i}" for i in range(n)]
+    finish = dag.ideal_finish_s(8e6)
+    assert finish[f"f{n - 1}"] == pytest.approx(n * 8 / 8e6)
+
+
+def test_a_cycle_behind_a_long_shared_tuple_is_named():
+    shared = tuple(f"s{i}" for i in range(12))
+    flows = [Flow(f"s{i}", "h1", "h2", 1, after=("late",) if i == 3 else ()) for i in range(12)]
+    flows += [Flow("late", "h2", "h3", 1, after=shared)]
+    with pytest.raises(FlowError, match=r"cycle: s3 -> late -> s3"):
+        FlowDag(flows)
+
+
+def test_several_duplicates_are_all_listed_sorted():
+    flows = [Flow(i, "h1", "h2", 1) for i in ("b", "a", "c", "b", "a", "d")]
+    with pytest.raises(FlowError, match=r"duplicate flow ids: \['a', 'b'\]"):
+        FlowDag(flows)
+
+
+def test_an_unknown_flow_in_a_long_shared_tuple_is_named():
+    start = tuple(f"x{i}" for i in range(12))
+    flows = [Flow(f"f{i}", "h1", "h2", 1, after=start + ("ghost",)) for i in range(3)]
+    with pytest.raises(FlowError, match=r"flow f0 waits for unknown flows \['ghost'\]"):
+        FlowDag(flows, external=start)
+    mixed = [Flow("a", "h1", "h2", 1)] + [Flow(f"f{i}", "h1", "h2", 1, after=("a",) + start)
+                                          for i in range(3)]
+    assert [f.id for f in FlowDag(mixed, external=start).topological_order()] == \
+        ["a", "f0", "f1", "f2"], "seen and external dependencies mixed in one tuple"
+
+
+def test_an_external_id_that_is_also_a_flow_counts_as_internal():
+    start = tuple(f"r-s1-r{i}" for i in range(12))     # the ring's own step-1 ids
+    with pytest.raises(FlowError, match="cycle"):
+        ring_allreduce(hosts(12), 1200, group="r", start_after=start)
+
+
+def test_private_replace_checks_like_the_constructor():
+    flow = Flow("f1", "h1", "h2", 10, after=("x",), step=3, group="g")
+    copy = flow._replace(group="other", at_s=0.5)
+    assert copy == Flow("f1", "h1", "h2", 10, at_s=0.5, after=("x",), step=3, group="other")
+    assert flow.group == "g"
+    with pytest.raises(FlowError, match="flow f1: at_s must be >= 0"):
+        flow._replace(at_s=-1.0)
+
+
+def test_ring_label_sets_the_group_but_not_the_ids():
+    dag = ring_allreduce(hosts(3), 300, group="ar-c0", label="train-dp")
+    assert {f.group for f in dag.flows} == {"train-dp"}
+    assert dag.flows == [Flow(f.id, f.src, f.dst, f.bytes, f.at_s, f.after, f.step, "train-dp")
+                         for f in ring_allreduce(hosts(3), 300, group="ar-c0").flows]
+
+
+def test_a_dag_joined_from_validated_parts_is_checked_like_a_new_one():
+    first = ring_allreduce(hosts(3), 300, group="a")
+    second = ring_allreduce(hosts(3), 300, group="b", start_after=("a-s3-r0", "a-s3-r2"))
+    joined = FlowDag._joined(first.flows + second.flows, [first, second])
+    assert joined == FlowDag(first.flows + second.flows) and not joined.external
+    assert joined.topological_order() == first.flows + second.flows
+    with pytest.raises(FlowError, match=r"flow b-s0-r0 waits for unknown flows \['a-s3-r0', "):
+        FlowDag._joined(second.flows + first.flows[:1], [second, FlowDag(first.flows[:1])])
+    with pytest.raises(FlowError, match=r"duplicate flow ids: \['a-s0-r0', "):
+        FlowDag._joined(first.flows + first.flows, [first, first])
+    # the second part listed before the first: out of order, still valid
+    late = FlowDag._joined(second.flows + first.flows, [second, first])
+    assert [f.id for f in late.topological_order()] == \
+        [f.id for f in _reference_order(second.flows + first.flows)]
+    looped = FlowDag([Flow("x", "h1", "h2", 1, after=("y",))], external=("y",))
+    with pytest.raises(FlowError, match="cycle: x -> y -> x"):
+        FlowDag._joined(looped.flows + [Flow("y", "h2", "h1", 1, after=("x",))],
+                        [looped, FlowDag([Flow("y", "h2", "h1", 1, after=("x",))],
+                                         external=("x",))])
