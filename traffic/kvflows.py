@@ -72,12 +72,16 @@ def rank_paths(topo: Topology, p: int, d: int, strategy: str = "tp-rank",
     if topo.fabric.name != "zcube":
         # Multi-port NICs elsewhere (HPN's planes): TP rank k on port k mod ports.
         return [topo.paths(a, b)[k % len(topo.paths(a, b))] for k, (a, b) in enumerate(pairs)]
+    # ZCube: `zcube.select_path`'s choice (path k mod 2 for rank k, or the request
+    # id's crc32 mod 2) among `zcube.paths`, read from the topology's cache of it:
+    # the same paths, without recomputing them for every rank of every request.
     if strategy == "tp-rank":
-        return [zcube.select_path(topo.fabric, a, b, tp_rank=k) for k, (a, b) in enumerate(pairs)]
+        return [list(topo.paths(a, b)[k % 2]) for k, (a, b) in enumerate(pairs)]
     if request_id is None:
         raise PlacementError(f"path strategy {strategy!r} needs the request id")
     if strategy == "request":
-        return [zcube.select_path(topo.fabric, a, b, request_id=request_id) for a, b in pairs]
+        index = zcube.request_path_index(request_id)
+        return [list(topo.paths(a, b)[index]) for a, b in pairs]
     loads = link_streams or {}
     candidates = [[topo.paths(a, b)[index] for a, b in pairs] for index in (0, 1)]
     return min(candidates, key=lambda paths: max(_busiest(path, loads) for path in paths))

@@ -12,6 +12,7 @@ All times are emulated seconds from the replay start; a flow id is
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -75,12 +76,10 @@ def plan(topo: Topology, place: Placement, stream: Sequence[rq.Request], scale,
     state = ClusterState()
     p_free: Dict[int, float] = defaultdict(float)
     planned: List[Planned] = []
+    queues = _Queues(place.prefill, place.decode)
     for request in stream:
         arrival = scale.emu_seconds(request.arrival_s)
-        state.p_queue = {p: sum(1 for x in planned if x.p == p and x.prefill_end_s > arrival)
-                         for p in place.prefill}
-        state.d_queue = {d: sum(1 for x in planned if x.d == d and x.prefill_end_s > arrival)
-                         for d in place.decode}
+        state.p_queue, state.d_queue = queues.at(arrival, planned)
         choice = chooser.choose(request, state)
         state.record(request, choice)
         start = max(arrival, p_free[choice.p])
@@ -100,4 +99,59 @@ def plan(topo: Topology, place: Placement, stream: Sequence[rq.Request], scale,
                                    bytes_scale=scale.bw_factor * scale.tdf)
         planned.append(Planned(request, choice.p, choice.d, choice.on_home, arrival, start,
                                end, transfer, routed))
+        queues.add(choice.p, choice.d, end)
     return planned
+
+
+class _Queues:
+    """Requests planned so far whose prefill has not ended at a given arrival, per
+    P and per D: ``p_queue[p]`` = #{planned x: x.p == p, x.prefill_end_s > arrival}
+    (likewise for D), for every P and D of the placement, in its order.
+
+    Kept incrementally: a heap of the prefill ends still counted, popped as the
+    arrivals pass them (each request enters and leaves once).  An arrival earlier
+    than the previous one (a stream not in arrival order) recounts from the plan,
+    so the counts are always exactly those of the definition.
+    """
+
+    def __init__(self, prefill: Sequence[int], decode: Sequence[int]):
+        self.prefill, self.decode = list(prefill), list(decode)
+        self.p_count = dict.fromkeys(self.prefill, 0)
+        self.d_count = dict.fromkeys(self.decode, 0)
+        self.ends: List[tuple] = []           # heap of (prefill end, seq, p, d) still counted
+        self.last: Optional[float] = None
+        self.seq = 0
+
+    def _count(self, p: int, d: int, step: int) -> None:
+        if p in self.p_count:
+            self.p_count[p] += step
+        if d in self.d_count:
+            self.d_count[d] += step
+
+    def add(self, p: int, d: int, end: float) -> None:
+        if self.last is not None and not end > self.last:
+            return                            # already over at the latest arrival asked
+        heapq.heappush(self.ends, (end, self.seq, p, d))
+        self.seq += 1
+        self._count(p, d, +1)
+
+    def at(self, arrival: float, planned: Sequence[Planned]):
+        """(p_queue, d_queue) at ``arrival``: new dicts, as the planner always gave."""
+        if self.last is not None and arrival < self.last:
+            self._recount(arrival, planned)
+        self.last = arrival
+        while self.ends and not self.ends[0][0] > arrival:
+            _, _, p, d = heapq.heappop(self.ends)
+            self._count(p, d, -1)
+        return dict(self.p_count), dict(self.d_count)
+
+    def _recount(self, arrival: float, planned: Sequence[Planned]) -> None:
+        self.p_count = dict.fromkeys(self.prefill, 0)
+        self.d_count = dict.fromkeys(self.decode, 0)
+        self.ends = []
+        for x in planned:
+            if x.prefill_end_s > arrival:
+                self.ends.append((x.prefill_end_s, self.seq, x.p, x.d))
+                self.seq += 1
+                self._count(x.p, x.d, +1)
+        heapq.heapify(self.ends)

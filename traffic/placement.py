@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import networkx as nx
+import numpy as np
 
 from topologies import zcube
 from topologies.fabric import EPS, HOST, Fabric
@@ -130,8 +131,8 @@ class Topology:
         A_d -> D].  Other fabrics: a shortest path from each NIC port of the
         source GPU to the same NIC port of the destination GPU where one
         exists (HPN's two planes: port 0 to port 0, port 1 to port 1), else
-        between their first NIC hosts.  Cached: zcube.paths scans the hosts
-        on every call.
+        between their first NIC hosts.  Cached per GPU pair (the KV planner
+        asks for every rank of every request).
         """
         key = (src_gpu, dst_gpu)
         if key not in self._paths:
@@ -295,27 +296,92 @@ def _assign_roles(order: Sequence[Node], n_p: int, n_d: int) -> Dict[int, str]:
         left[role] -= 1
         move(node, role, +1)
 
+    _swap_roles(order, roles, ports, n_p, n_d)
+    return roles
+
+
+def _swap_roles(order: Sequence[Node], roles: Dict[int, str], ports: Dict[str, List[int]],
+                n_p: int, n_d: int) -> None:
+    """`_assign_roles`' swaps, in place: passes over ``order`` while one swaps.
+
+    The rule, as it always was: for each node a in order that is P, the first node
+    b in order that is D and whose swap with a lowers the summed squared gap by
+    more than 1e-9 swaps with it (a is then D, so a's scan ends).  Scanning every
+    (a, b) pair in Python made 16,384 GPUs take minutes; here a's scan is one
+    vector expression over every b, in exact integer arithmetic:
+
+    With t = n_p / N (N = n_p + n_d) and, per switch s, P_s its P ports, T_s its
+    P + D ports (a swap keeps T_s) and E_s = N.P_s - n_p.T_s (N times the gap
+    P_s - t.T_s), swapping a (P -> D, ports a_s) and b (D -> P, ports b_s)
+    changes P_s by b_s - a_s and the cost by F(a, b) / N, with the integer
+
+        F(a, b) = sum_s N.a_s^2 - 2 E_s a_s  +  sum_s N.b_s^2 + 2 E_s b_s
+                  - 2 N sum_s a_s b_s.
+
+    The old floating-point test (cost after < cost before - 1e-9) decides the
+    same: the true change is a multiple of 1/N (>= 1/N in size unless 0, far
+    above 1e-9 and the float's rounding).
+    """
+    if not order:
+        return
+    total = n_p + n_d
+    columns: Dict[str, int] = {}
+    rows = []
+    for node in order:
+        cols, counts = [], []
+        for switch, count in node.ports:
+            cols.append(columns.setdefault(switch, len(columns)))
+            counts.append(count)
+        rows.append((np.array(cols, dtype=np.int64), np.array(counts, dtype=np.int64)))
+    m = np.zeros((len(order), len(columns)), dtype=np.int64)
+    for i, (cols, counts) in enumerate(rows):
+        np.add.at(m[i], cols, counts)
+    p_ports = np.array([ports[s][0] for s in columns], dtype=np.int64)
+    t_ports = np.array([ports[s][0] + ports[s][1] for s in columns], dtype=np.int64)
+    e = total * p_ports - n_p * t_ports
+    squares = (m * m).sum(axis=1)
+    me = m @ e
+    is_p = np.array([roles[node.id] == P for node in order])
+    is_d = np.array([roles[node.id] == D for node in order])
+    threshold = -1e-9 * total
     improved = True
     while improved:
         improved = False
-        for a in order:
-            for b in order:
-                if roles[a.id] != P or roles[b.id] != D:
-                    continue
-                touched = a.switches | b.switches
-                before = _cost(ports, target, touched)
-                move(a, P, -1), move(b, D, -1), move(a, D, +1), move(b, P, +1)
-                if _cost(ports, target, touched) < before - 1e-9:
-                    roles[a.id], roles[b.id] = D, P
-                    improved = True
-                else:
-                    move(a, D, -1), move(b, P, -1), move(a, P, +1), move(b, D, +1)
-    return roles
+        for i in range(len(order)):
+            if not is_p[i] or not is_d.any():
+                continue
+            cols = np.flatnonzero(m[i])
+            own = m[i, cols]
+            a_term = total * squares[i] - 2 * me[i]
+            f = a_term + total * squares + 2 * me - 2 * total * (m[:, cols] @ own)
+            hits = np.flatnonzero(is_d & (f < threshold))
+            if not len(hits):
+                continue
+            j = int(hits[0])
+            is_p[i], is_d[i], is_p[j], is_d[j] = False, True, True, False
+            roles[order[i].id], roles[order[j].id] = D, P
+            touched = np.flatnonzero(m[i] | m[j])
+            change = total * (m[j, touched] - m[i, touched])
+            e[touched] += change
+            me += m[:, touched] @ change
+            improved = True
 
 
 def _group_tiles(topo: Topology, order: Sequence[Node], roles: Dict[int, str],
                  tile: Tuple[int, int], tiles: int) -> Tuple[Tile, ...]:
-    """Tiles of nodes close to each other: seed a P, add the nearest needed role."""
+    """Tiles of nodes close to each other: seed a P, add the nearest needed role
+    (the one with the least summed `Topology.node_hops` to the tile's members,
+    the earliest in ``order`` on a tie)."""
+    hops = _hop_matrix(topo, order)
+    if hops is not None:
+        return _group_tiles_fast(order, roles, tile, tiles, hops)
+    return _group_tiles_pairwise(topo, order, roles, tile, tiles)
+
+
+def _group_tiles_pairwise(topo: Topology, order: Sequence[Node], roles: Dict[int, str],
+                          tile: Tuple[int, int], tiles: int) -> Tuple[Tile, ...]:
+    """`_group_tiles` pair by pair (`Topology.node_hops`): where the hop matrix
+    cannot be made, and the reference the fast path is tested against."""
     rank = {node.id: index for index, node in enumerate(order)}
     free = {P: [n.id for n in order if roles[n.id] == P],
             D: [n.id for n in order if roles[n.id] == D]}
@@ -332,6 +398,90 @@ def _group_tiles(topo: Topology, order: Sequence[Node], roles: Dict[int, str],
             members[role].append(best)
             need[role] -= 1
         result.append(Tile(index, tuple(sorted(members[P])), tuple(sorted(members[D]))))
+    return tuple(result)
+
+
+def _hop_matrix(topo: Topology, order: Sequence[Node]):
+    """``hops[i, j]`` = ``topo.node_hops(order[i].id, order[j].id)`` for every pair,
+    computed at once (numpy), or None where `node_hops` would raise (TP sizes
+    differ, GPUs not connected): `_group_tiles` then asks pair by pair as before.
+
+    Same values: per TP rank k the fewest switches between any NIC port of the
+    two rank-k GPUs (the switch-to-switch distance + 1), summed over the ranks
+    as integers and divided by TP, as `Topology.node_hops` does."""
+    if not order or len({node.tp for node in order}) != 1:
+        return None
+    switches = list(topo._distance)
+    column = {switch: index for index, switch in enumerate(switches)}
+    # Small integers gathered N x N times: int16 where the distances fit (16K GPUs).
+    small = len(switches) < 8000
+    far = 16000 if small else np.iinfo(np.int64).max // 4
+    dist = np.full((len(switches) + 1, len(switches) + 1), far,
+                   dtype=np.int16 if small else np.int64)
+    for switch, reach in topo._distance.items():
+        row = column[switch]
+        for other, length in reach.items():
+            dist[row, column[other]] = length
+    ports = max(len(rank) for node in order for rank in node.hosts)
+    tp = order[0].tp
+    total = np.zeros((len(order), len(order)), dtype=np.int64)
+    for k in range(tp):
+        at = np.full((len(order), ports), len(switches), dtype=np.int64)   # padding: far
+        for i, node in enumerate(order):
+            for port, host in enumerate(topo.gpu_hosts[node.gpus[k]]):
+                at[i, port] = column[topo.switch_of[host]]
+        best = np.full((len(order), len(order)), far, dtype=dist.dtype)
+        for pa in range(ports):
+            for pb in range(ports):
+                np.minimum(best, dist[np.ix_(at[:, pa], at[:, pb])], out=best)
+        if (best >= far).any():
+            return None
+        total += best + 1
+    return total / tp
+
+
+def _group_tiles_fast(order: Sequence[Node], roles: Dict[int, str], tile: Tuple[int, int],
+                      tiles: int, hops) -> Tuple[Tile, ...]:
+    """`_group_tiles` over the hop matrix: the same picks.  A pick is the free
+    node of a needed role with the least summed hops to the tile's members (P
+    members first, then D, summed as Python floats as before), the earliest in
+    ``order`` on a tie; the sums of all candidates come from one vector
+    expression, and the few within 1e-9 of the least are summed exactly again."""
+    size = len(order)
+    is_role = {P: np.array([roles[n.id] == P for n in order]),
+               D: np.array([roles[n.id] == D for n in order])}
+    free = np.ones(size, dtype=bool)
+    result = []
+    for index in range(tiles):
+        seeds = np.flatnonzero(free & is_role[P])
+        if not len(seeds):
+            raise IndexError("pop from empty list")
+        first = int(seeds[0])
+        free[first] = False
+        members = {P: [first], D: []}
+        need = {P: tile[0] - 1, D: tile[1]}
+        near = hops[:, first].copy()
+        while need[P] or need[D]:
+            allowed = np.zeros(size, dtype=bool)
+            for role in (P, D):
+                if need[role]:
+                    allowed |= is_role[role]
+            allowed &= free
+            picks = np.flatnonzero(allowed)
+            if not len(picks):
+                raise ValueError("min() arg is an empty sequence")
+            sums = near[picks]
+            close = picks[sums <= sums.min() + 1e-9]
+            everyone = members[P] + members[D]
+            best = int(close[0]) if len(close) == 1 else min(
+                (sum(float(hops[c, m]) for m in everyone), int(c)) for c in close)[1]
+            role = P if is_role[P][best] else D
+            free[best] = False
+            members[role].append(best)
+            need[role] -= 1
+            near += hops[:, best]
+        result.append(Tile(index, tuple(sorted(order[i].id for i in members[P])),
+                           tuple(sorted(order[i].id for i in members[D]))))
     return tuple(result)
 
 

@@ -157,3 +157,39 @@ def test_random_schedules_never_exceed_a_limit_and_keep_fifo(strict):
                 shares = d_a == d_b or (credits.link_credits and set(links_a) & set(links_b))
                 if index_a < index_b and (shares or strict):
                     assert granted_at[a] < granted_at[b], (seed, a, b)
+
+
+def test_check_raises_on_any_count_over_its_limit_and_looks_only_at_what_changed():
+    credits = Credits(d_credits=2, link_credits=1, d_limits={"d2": 1})
+    credits.ask("a", "d1", ["L1"], 0.0)
+    credits.ask("b", "d2", ["L2"], 0.0)
+    credits.check()
+    assert not credits.d_in_use.touched and not credits.link_in_use.touched
+    credits.ask("c", "d1", ["L3"], 1.0)               # touches d1 and L3 only
+    assert credits.d_in_use.touched == {"d1"} and "L2" not in credits.link_in_use.touched
+    credits.check()
+    credits.d_in_use["d2"] += 1                       # over d2's own limit of 1
+    with pytest.raises(CreditError, match="D 'd2' holds 2 credits, limit 1"):
+        credits.check()
+    with pytest.raises(CreditError, match="D 'd2'"):  # still wrong: still raises
+        credits.check()
+    credits.d_in_use["d2"] -= 1
+    credits.check()
+    credits.link_in_use["L1"] = 2
+    with pytest.raises(CreditError, match="link L1 holds 2 credits, limit 1"):
+        credits.check()
+    credits.link_in_use["L1"] = 1
+    credits.release("a", 2.0)
+    credits.d_in_use["d9"] -= 1                       # below zero
+    with pytest.raises(CreditError, match="D 'd9' holds -1"):
+        credits.check()
+    credits.d_in_use = {"d1": 3}                      # replaced by a plain dict: all looked at
+    with pytest.raises(CreditError, match="D 'd1' holds 3"):
+        credits.check()
+    fresh = Credits(d_credits=1)
+    fresh.ask("x", "d1")
+    fresh.check()
+    dict.__setitem__(fresh.d_in_use, "d1", 5)         # behind the tracking's back
+    fresh.check()                                     # the incremental check cannot see it
+    with pytest.raises(CreditError, match="D 'd1' holds 5"):
+        fresh.check(full=True)
