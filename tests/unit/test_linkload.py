@@ -316,6 +316,21 @@ def test_capture_filter_prefers_the_shorter_list():
     assert linkload.capture_filter(interfaces, fabric).count("ifindex") == 16
 
 
+def test_capture_filter_of_a_spine_keeps_only_outgoing_packets():
+    # A switch with no host port (ROFT's spines, captured in their own
+    # namespace on the linux data plane): every port leads to another switch,
+    # so only outgoing packets are kept, and the filter must still parse: an
+    # empty "()" list of host ports made tcpdump refuse it.
+    fabric = registry.build("roft,gpus=16,radix=8,gpus_per_server=2")
+    spine = next(s for s in fabric.eps_switches
+                 if not any(fabric.kind(p) == "host" for p in fabric.graph[s]))
+    names = sorted(n for n, port in linkload.switch_ports(fabric).items() if port.node == spine)
+    interfaces = {1: "lo", **{i: n for i, n in enumerate(names, start=2)}}
+    bpf = linkload.capture_filter(interfaces, fabric, nodes=[spine])
+    assert bpf == "(tcp) and not (ifindex 1) and (outbound)"
+    assert "()" not in bpf
+
+
 def test_fabric_capture_refuses_a_network_that_is_not_up(tmp_path, fabric):
     sysfs = tmp_path / "net"
     for index, name in ((1, "lo"), (7, "fes1-eth1")):

@@ -155,12 +155,14 @@ def capture_filter(interfaces: Mapping[int, str], fabric: Fabric, base: str = "t
 
     if not between:
         incoming = "inbound"
+    elif not to_host:
+        incoming = None              # a spine: no host port, so no inbound copy to keep
     elif len(to_host) <= len(between):
         incoming = any_of(to_host)
     else:
         incoming = f"not {any_of(between)}"
     # `outbound or X` keeps the inbound packets that pass X: no "inbound and".
-    keep = f"(outbound or {incoming})"
+    keep = f"(outbound or {incoming})" if incoming else "(outbound)"
     parts = [f"({base})"] if base else []
     if others:
         parts.append(f"not {any_of(others)}")
