@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from emu.live.waiting import wait_until
+
 from emu.live.iperf_worker import SERVER_READY, ClientSpec, server_command
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
@@ -92,6 +94,9 @@ def test_done_carries_the_result_once_and_the_file_keeps_it(agent, tmp_path):
     received = done["result"]["result"]["end"]["sum_received"]["bytes"]
     assert received == 100_000
     assert done["result"]["start"] <= done["result"]["end"]
+    # The child tells the agent first and writes the file after (the agent's
+    # "done" is on the critical path of every dependent flow): wait for it.
+    wait_until(lambda: Path(done["path"]).is_file(), 5, "the result file")
     assert json.loads(Path(done["path"]).read_text()) == done["result"]
     assert Path(done["path"]) == tmp_path / "f1.json"
     later = agent.quit()
