@@ -8,7 +8,7 @@ PYTHON := $(VENV)/bin/python
 SCENARIO ?= ocs-reconfig
 ARGS ?=
 
-.PHONY: setup run test unit integration bench clean
+.PHONY: setup run test unit integration bench bench-model clean
 
 setup:
 	./bootstrap.sh
@@ -27,6 +27,9 @@ integration: setup
 
 bench: setup
 	$(PYTHON) bench/fidelity
+
+bench-model: setup
+	$(PYTHON) bench/model --validate --perf
 
 clean: setup
 	$(PYTHON) -m emu.clean

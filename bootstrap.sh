@@ -16,7 +16,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 apt_packages=(openvswitch-switch mininet iperf3 libiperf0 tcpdump iputils-ping
-              ethtool iproute2 procps bridge-utils python3-venv)
+              ethtool iproute2 procps bridge-utils python3-venv python3-simgrid)
 
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -41,6 +41,22 @@ if [ ! -f "$stamp_dir/$req_hash" ]; then
     "$venv/bin/pip" install -q --no-deps -e "$here"
     rm -rf "$stamp_dir"; mkdir -p "$stamp_dir"; touch "$stamp_dir/$req_hash"
 fi
+
+# SimGrid (the flow model's oracle in the unit tests) would have to be built
+# from source by pip (C++, Boost, minutes); Debian's python3-simgrid ships it
+# built, as one extension module in the system dist-packages.  Rather than give .venv every system
+# package (--system-site-packages would shadow the pinned ones), a folder of
+# the venv holds a symlink to that module alone, and a .pth file puts that
+# folder on the venv's path.  Redone every time: cheap, and it follows a
+# reinstalled package.
+simgrid_site="$venv/simgrid-site"
+mkdir -p "$simgrid_site"
+find "$simgrid_site" -maxdepth 1 -type l -delete
+while IFS= read -r module; do
+    ln -sf "$module" "$simgrid_site/"
+done < <(dpkg -L python3-simgrid | grep -E '/dist-packages/simgrid[^/]*\.(so|py)$')
+venv_site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$simgrid_site" > "$venv_site/simgrid-site.pth"
 
 # Start ovsdb-server and ovs-vswitchd when they are not running (there may be
 # no systemd, so use ovs-ctl directly).

@@ -8,7 +8,8 @@ setup(
     description=("Mininet + Open vSwitch + os-ken testbed for the network fabrics "
                  "of disaggregated LLM RL and prefill/decode inference"),
     packages=find_packages(include=["emu*", "controllers*", "topologies*", "traffic*"]),
-    package_data={"emu": ["scenarios/*.toml"], "topologies": ["prices.toml"]},
+    package_data={"emu": ["scenarios/*.toml"], "topologies": ["prices.toml"],
+                  "traffic": ["model/calibration.toml"]},
     python_requires=">=3.10",
     install_requires=[
         "os-ken>=4.2",
@@ -18,6 +19,7 @@ setup(
         "scapy>=2.5",
         "networkx>=3.0",
         "numpy>=1.24",
+        "scipy>=1.10",
         "matplotlib>=3.7",
         "psutil>=5.9",
         "pyroute2>=0.9",

@@ -38,8 +38,11 @@ def write_flows(run_dir: Path, flows, t0: float) -> Path:
         writer.writeheader()
         for flow in flows:
             row = flow.to_dict()
-            row["start_s"] = round(flow.start - t0, 6) if flow.start else ""
-            row["end_s"] = round(flow.end - t0, 6) if flow.end else ""
+            # 0 is "never started" on a live run's epoch clock, but a real time
+            # on the model's clock, where a finished flow may start at 0.
+            timed = flow.status == "ok"
+            row["start_s"] = round(flow.start - t0, 6) if flow.start or timed else ""
+            row["end_s"] = round(flow.end - t0, 6) if flow.end or timed else ""
             row["duration_s"] = round(flow.duration_s, 6)
             row["goodput_mbps"] = round(flow.goodput_mbps, 4)
             row["step"] = "" if flow.step is None else flow.step

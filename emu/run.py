@@ -77,15 +77,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{scenario.where}: ok ({scenario.kind})")
         return 0
     experiment = scenario.experiment
+    if args.cli and scenario.models:
+        print(f"emu.run: {scenario.where}: --cli needs a testbed; testbed.engine is 'model' "
+              "(set engine=emulate)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.cli and not experiment.needs_emulation:
         print(f"emu.run: scenario {scenario.name!r} builds no network; --cli needs one "
               "(try ocs-reconfig or allreduce)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if experiment.needs_emulation and os.geteuid() != 0:
+    if scenario.emulates and os.geteuid() != 0:
         print(f"emu.run: scenario {scenario.name!r} builds a network and needs root: "
               f"sudo {sys.executable} -m emu.run {args.scenario}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if experiment.needs_emulation:
+    if scenario.emulates:
         try:
             choice = dataplane_of(scenario)
         except DataplaneError as exc:
@@ -154,7 +158,9 @@ def execute(scenario, out: Path) -> int:
     started = time.time()
     outcome, code = Outcome(), 0
     try:
-        if scenario.experiment.needs_emulation:
+        if scenario.models:
+            outcome = _model(scenario, fabric, scale, run_dir, result)
+        elif scenario.experiment.needs_emulation:
             outcome = _emulate(scenario, fabric, scale, run_dir, result)
         else:
             outcome = scenario.experiment.run(Context(scenario, fabric, scale, run_dir))
@@ -213,6 +219,17 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
                                 drops=series.drops_summary(),
                                 kernel_forwarding=dataplane_of(scenario).dataplane == "linux")
     return outcome
+
+
+def _model(scenario, fabric, scale, run_dir, result) -> Outcome:
+    """Run an experiment on the flow-level model: no testbed, no root; the
+    result says so and records the model's frozen calibration."""
+    from traffic.model import calibration
+
+    print(f"  engine model: the flow-level model (traffic.model), not an emulation")
+    result["mode"] = "model"
+    result["model"] = {"calibration": calibration.load().to_dict()}
+    return scenario.experiment.model(Context(scenario, fabric, scale, run_dir))
 
 
 def _write(run_dir: Path, result: dict, outcome: Outcome) -> None:

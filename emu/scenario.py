@@ -54,6 +54,14 @@ COMMON: Schema = {
         "congestion": Field(str, "cubic", "TCP congestion control of every flow (the "
                             "machine's default would leak in otherwise); dctcp only where "
                             "the kernel has it", choices=list(dataplane.CONGESTION_CONTROLS)),
+        "engine": Field(str, "emulate", "'emulate': a testbed with real TCP (root); 'model': "
+                      "the flow-level model of the same flows on the same fabric "
+                      "(traffic.model: max-min fair rates, no root, any scale)",
+                      choices=["emulate", "model"]),
+        "model_overheads": Field(bool, True, "engine = 'model': charge the emulator's own "
+                                 "overheads (iperf3's set-up per flow, the controller's "
+                                 "rounds), calibrated, to compare with an emulation; false "
+                                 "for the texts' fabrics at their real rates"),
         "ecmp_seed": Field(int, 1, "draws every flow's TCP ports and the kernel routers' "
                            "multipath hash key, so a run's ECMP paths repeat and another "
                            "seed draws others; 0: the kernel's (ephemeral ports, a random "
@@ -84,6 +92,16 @@ class Scenario:
     @property
     def experiment(self):
         return EXPERIMENTS[self.kind]
+
+    @property
+    def models(self) -> bool:
+        """The flow-level model runs it instead of a testbed (``testbed.engine``)."""
+        return self.config.get("testbed", {}).get("engine") == "model"
+
+    @property
+    def emulates(self) -> bool:
+        """It builds a network on this machine (root, one run at a time)."""
+        return self.experiment.needs_emulation and not self.models
 
     @property
     def section(self) -> Dict:
@@ -149,6 +167,10 @@ def load(name_or_path: str, overrides: Sequence[str] = ()) -> Scenario:
                             "use a scenario file of the other kind")
     config = validate(where, merged, schema)
     scenario = Scenario(name=path.stem, where=where, config=config)
+    if scenario.models and scenario.experiment.model is None:
+        modelled = sorted(k for k, e in EXPERIMENTS.items() if e.model is not None)
+        raise ScenarioError(f"{where}: testbed.engine = 'model': kind {kind!r} has no model; "
+                            f"kinds with one: {', '.join(modelled)}")
     try:
         scenario.experiment.check(scenario)
     except (ValueError, FabricError) as exc:

@@ -14,6 +14,10 @@ summary, ``check(scenario)`` (cross-field validation, no side effects),
   ``ctx.testbeds`` (`emu.live.series.TestbedSeries`), e.g. one per fabric of
   a comparison.
 
+An experiment that also has ``model(ctx) -> Outcome`` runs on the flow-level
+model instead when the scenario says ``[testbed] engine = "model"``: the same
+fabric, scale and flows, no testbed and no root.
+
 The runner samples, dumps and checks every testbed the same way in both
 cases (`emu.run`).
 """
@@ -80,6 +84,9 @@ class Experiment:
     check: Callable[[object], None]               # raises ValueError/FabricError
     run: Callable[[Context], Outcome]
     network: Network = Network.ONE
+    # The same experiment on the flow-level model (``testbed.engine = "model"``):
+    # no testbed, no root; None where the kind has no model.
+    model: Optional[Callable[[Context], Outcome]] = None
 
     @property
     def needs_emulation(self) -> bool:
@@ -88,6 +95,18 @@ class Experiment:
     @property
     def needs_fabric(self) -> bool:
         return self.network is not Network.NONE
+
+
+def model_calibration(ctx: Context):
+    """The flow-level model's frozen constants for this run (`traffic.model.calibration`):
+    the emulator's overheads at its link rate, or none at the fabric's real rates
+    (``testbed.model_overheads``)."""
+    from traffic.model import calibration
+
+    cal = calibration.load()
+    if ctx.scenario.config["testbed"].get("model_overheads", True):
+        return cal.for_emulation(ctx.scenario.config["scale"]["link_mbps"])
+    return cal.for_real_world(host_gbps(ctx.fabric))
 
 
 def build_fabric(scenario) -> Optional[Fabric]:

@@ -57,7 +57,8 @@ from typing import Dict, List, Optional, Sequence
 
 from emu.experiments import pd_setup
 from emu.experiments.base import Context, Experiment, Network, Outcome
-from emu.experiments.pd_serve import ServeSettings, serve
+from traffic.model.pd import NodeFailure
+from emu.experiments.pd_serve import ServeSettings, serve, serve_modelled
 from emu.schema import Field
 from topologies import registry
 from traffic import failover
@@ -84,7 +85,8 @@ FIELDS = {key: pd_setup.FIELDS[key] for key in _SHARED}
 FIELDS.update({
     "fabrics": Field(list, list(FABRICS), "fabrics to compare, in order, all at the GPU count "
                      "of fabric.spec", item=str),
-    "requests": Field(int, 24, "requests in the stream", minimum=4, maximum=200),
+    "requests": Field(int, 24, "requests in the stream (emulated: at most "
+                      "200; the model takes up to 20,000)", minimum=4, maximum=20000),
     "rate_per_s": Field(float, 100.0, "arrival rate, real requests per second (above what "
                         "the KV links carry, so the fabric sets the pace)", minimum=0.01),
     "prefill_ms_per_ktoken": Field(float, 1.0, "prefill compute, real ms per 1K new prompt "
@@ -107,6 +109,7 @@ def fail_index(settings) -> int:
 
 
 def check(scenario) -> None:
+    pd_setup.check_stream(scenario, SECTION)
     s = scenario.section
     names = s["fabrics"]
     allowed = ", ".join(FABRICS)
@@ -340,24 +343,35 @@ def run(ctx: Context) -> Outcome:
         ctx.log(f"  {name} ({specs[name]}): {switch} fails at {t_fail:.2f} emulated s; "
                 f"{len(moves)} NIC ports behind it fail over")
         repeats = []
-        with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
-            for repeat in range(1, s["repeats"] + 1):
-                runs, folder = {}, ctx.run_dir / name / f"repeat{repeat}"
-                if s["baseline"]:
-                    runs["healthy"] = serve(
-                        bed, planned, serving, s["d_credits"], folder / "healthy",
-                        progress=ctx.progress(f"{name} #{repeat} healthy KV flows"),
-                        record_flows=ctx.testbeds.record_flows)
-                event = ToRFailure(bed, switch, moves)
-                runs["failure"] = serve(
-                    bed, planned, serving, s["d_credits"], folder / "failure",
-                    progress=ctx.progress(f"{name} #{repeat} failure KV flows"),
-                    record_flows=ctx.testbeds.record_flows, events=[(t_fail, event)],
-                    agent_hosts=sorted(h for h in moves.values() if h))
-                event.finish()
-                bed.fail_switch(switch, up=True)     # the next repeat starts healthy
-                repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,
-                                           repeat, outcome, windows_out, requests_out))
+        if ctx.scenario.models:
+            # The model is deterministic: one repeat says what every repeat would.
+            runs = {}
+            if s["baseline"]:
+                runs["healthy"] = serve_modelled(ctx, fabric, planned, serving, s["d_credits"])
+            event = NodeFailure(switch, t_fail, moves)
+            runs["failure"] = serve_modelled(ctx, fabric, planned, serving, s["d_credits"],
+                                             failure=event)
+            repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail, 1,
+                                       outcome, windows_out, requests_out))
+        else:
+            with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
+                for repeat in range(1, s["repeats"] + 1):
+                    runs, folder = {}, ctx.run_dir / name / f"repeat{repeat}"
+                    if s["baseline"]:
+                        runs["healthy"] = serve(
+                            bed, planned, serving, s["d_credits"], folder / "healthy",
+                            progress=ctx.progress(f"{name} #{repeat} healthy KV flows"),
+                            record_flows=ctx.testbeds.record_flows)
+                    event = ToRFailure(bed, switch, moves)
+                    runs["failure"] = serve(
+                        bed, planned, serving, s["d_credits"], folder / "failure",
+                        progress=ctx.progress(f"{name} #{repeat} failure KV flows"),
+                        record_flows=ctx.testbeds.record_flows, events=[(t_fail, event)],
+                        agent_hosts=sorted(h for h in moves.values() if h))
+                    event.finish()
+                    bed.fail_switch(switch, up=True)     # the next repeat starts healthy
+                    repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,
+                                               repeat, outcome, windows_out, requests_out))
         row = summarize_repeats(repeats)
         rows_out.append(row)
         metrics[name] = row
@@ -422,4 +436,4 @@ def _repeat_row(name, fabric, switch, moves, event, runs, t_fail, repeat, outcom
 
 
 EXPERIMENT = Experiment(kind="pd-failure", summary=SUMMARY, section=SECTION, fields=FIELDS,
-                        check=check, run=run, network=Network.SERIES)
+                        check=check, run=run, network=Network.SERIES, model=run)

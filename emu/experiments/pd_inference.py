@@ -67,10 +67,11 @@ import dataclasses
 from typing import Dict, List, Sequence, Tuple
 
 from emu.experiments.base import Context, Experiment, Network, Outcome
-from emu.experiments.pd_serve import ServeSettings, serve
+from emu.experiments.pd_serve import ServeSettings, serve, serve_modelled
 from emu.experiments.pd_setup import FABRICS, FIELDS as SHARED_FIELDS
-from emu.experiments.pd_setup import (check_fabric_fits, fabric_specs, gpu_count,
-                                      make_placement, stream_of, topology)
+from emu.experiments.pd_setup import (check_fabric_fits, check_stream, fabric_specs,
+                                      gpu_count, make_placement, nodes_text, stream_of,
+                                      topology)
 from emu.schema import Field
 from topologies import catalog, cost, registry
 from topologies.fabric import FabricError
@@ -106,6 +107,7 @@ FIELDS = {
 
 
 def check(scenario) -> None:
+    check_stream(scenario, SECTION)
     s = scenario.section
     names = s["fabrics"]
     if not names:
@@ -161,13 +163,17 @@ def run(ctx: Context) -> Outcome:
                        s["seed"], s["path_strategy"],
                        lane_threshold_bytes=s["lane_threshold_gb"] * 1e9)
         dag = FlowDag.merge(*(x.transfer.dag for x in planned))
-        ctx.log(f"  {name} ({specs[name]}): P {place.prefill}, D {place.decode}, "
+        ctx.log(f"  {name} ({specs[name]}): P {nodes_text(place.prefill)}, D {nodes_text(place.decode)}, "
                 f"{len(dag.flows)} KV flows, {dag.total_bytes() / 1e6:.2f} MB emulated")
-        with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
-            served = serve(bed, planned, serving, s["d_credits"], ctx.run_dir / name / "flows",
-                           progress=ctx.progress(f"{name} KV flows"),
-                           record_flows=ctx.testbeds.record_flows,
-                           links_dir=ctx.run_dir / name if s["link_capture"] else None)
+        if ctx.scenario.models:
+            served = serve_modelled(ctx, fabric, planned, serving, s["d_credits"])
+        else:
+            with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
+                served = serve(bed, planned, serving, s["d_credits"],
+                               ctx.run_dir / name / "flows",
+                               progress=ctx.progress(f"{name} KV flows"),
+                               record_flows=ctx.testbeds.record_flows,
+                               links_dir=ctx.run_dir / name if s["link_capture"] else None)
         if not outcome.t0:
             outcome.t0 = served.t0
         outcome.flows += [dataclasses.replace(f, id=f"{name}:{f.id}", group=name)
@@ -214,4 +220,4 @@ def run(ctx: Context) -> Outcome:
 
 
 EXPERIMENT = Experiment(kind="pd-inference", summary=SUMMARY, section=SECTION, fields=FIELDS,
-                        check=check, run=run, network=Network.SERIES)
+                        check=check, run=run, network=Network.SERIES, model=run)

@@ -26,12 +26,13 @@ Runs (as root)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Dict, List
 
 from emu.experiments import pd_setup
 from emu.experiments.base import Context, Experiment, Network, Outcome
-from emu.experiments.pd_serve import ServeSettings, serve
+from emu.experiments.pd_serve import ServeSettings, serve, serve_modelled
 from emu.schema import Field
 from topologies import registry
 from traffic.pairing import PAIRINGS
@@ -51,7 +52,8 @@ FIELDS.update({
                       item=str),
     "credits": Field(list, [2, 0], "KV streams a D accepts at once, one run each; 0: no "
                      "credits (every stream starts when its prefill ends)", item=int),
-    "requests": Field(int, 24, "requests in the stream", minimum=2, maximum=200),
+    "requests": Field(int, 24, "requests in the stream (emulated: at most "
+                      "200; the model takes up to 20,000)", minimum=2, maximum=20000),
     "rate_per_s": Field(float, 100.0, "arrival rate, real requests per second (above what "
                         "the KV links carry, so streams pile up at D)", minimum=0.01),
     "prefill_ms_per_ktoken": Field(float, 1.0, "prefill compute, real ms per 1K new prompt "
@@ -71,6 +73,7 @@ def configurations(settings) -> List[tuple]:
 
 
 def check(scenario) -> None:
+    pd_setup.check_stream(scenario, SECTION)
     s = scenario.section
     if not s["pairings"]:
         raise ValueError(f"pd-pairing.pairings is empty; allowed: {', '.join(PAIRINGS)}")
@@ -115,19 +118,26 @@ def run(ctx: Context) -> Outcome:
     place = pd_setup.make_placement(topo, s)
     configs = configurations(s)
     ctx.log(f"  {len(stream)} {s['workload']} requests at {s['rate_per_s']:g}/s real on {name} "
-            f"({spec}): P {place.prefill}, D {place.decode}; {len(configs)} configurations")
+            f"({spec}): P {pd_setup.nodes_text(place.prefill)}, D "
+            f"{pd_setup.nodes_text(place.decode)}; {len(configs)} configurations")
     outcome = Outcome()
     rows, per_d, ingress, requests, hottest = [], [], [], [], []
-    with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
+    # The flow-level model (testbed.engine = "model") needs no testbed.
+    opened = (contextlib.nullcontext() if ctx.scenario.models else
+              ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]))
+    with opened as bed:
         for index, (pairing, credits) in enumerate(configs, start=1):
             key = label(pairing, credits)
             folder = ctx.run_dir / name / f"{index:02d}-{pairing}-{credits or 'off'}"
             planned = plan(topo, place, stream, scale, pairing, s["prefill_ms_per_ktoken"],
                            s["seed"], s["path_strategy"])
-            served = serve(bed, planned, serving, credits or None, folder / "flows",
-                           progress=ctx.progress(f"[{index}/{len(configs)}] {key}: KV flows"),
-                           record_flows=ctx.testbeds.record_flows,
-                           links_dir=folder if s["link_capture"] else None)
+            if bed is None:
+                served = serve_modelled(ctx, fabric, planned, serving, credits or None)
+            else:
+                served = serve(bed, planned, serving, credits or None, folder / "flows",
+                               progress=ctx.progress(f"[{index}/{len(configs)}] {key}: KV flows"),
+                               record_flows=ctx.testbeds.record_flows,
+                               links_dir=folder if s["link_capture"] else None)
             if not outcome.t0:
                 outcome.t0 = served.t0
             outcome.flows += [dataclasses.replace(f, id=f"{index:02d}:{f.id}", group=key)
@@ -164,4 +174,4 @@ def run(ctx: Context) -> Outcome:
 
 
 EXPERIMENT = Experiment(kind="pd-pairing", summary=SUMMARY, section=SECTION, fields=FIELDS,
-                        check=check, run=run, network=Network.SERIES)
+                        check=check, run=run, network=Network.SERIES, model=run)

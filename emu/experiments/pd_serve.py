@@ -146,3 +146,21 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
             summary["hottest_link"] = served.hottest[0]["src"] + "->" + served.hottest[0]["dst"]
             summary["hottest_link_utilisation"] = served.hottest[0]["utilisation"]
     return served
+
+
+def serve_modelled(ctx, fabric, planned: Sequence[Planned], settings: ServeSettings,
+                   d_credits: Optional[int], *, failure=None, label: str = "KV flows"):
+    """The same stream on the flow-level model (``testbed.engine = "model"``):
+    the same plan, gates and failure, rates from max-min fairness at the
+    emulated scale, with the frozen calibration (`traffic.model.pd`)."""
+    from emu.experiments.base import model_calibration
+    from traffic.model import pd as pd_model
+
+    cal = model_calibration(ctx)
+    net = pd_model.emulated_network(fabric, settings.scale,
+                                    ecmp_seed=ctx.scenario.config["testbed"]["ecmp_seed"])
+    constants = pd_model.ReplayConstants(efficiency=cal.efficiency,
+                                         hop_latency_s=cal.hop_latency_s,
+                                         startup_s=cal.startup_s)
+    return pd_model.serve_model(planned, net, settings, d_credits, failure=failure,
+                                calibration=constants)

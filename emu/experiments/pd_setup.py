@@ -27,12 +27,38 @@ FABRICS = ("zcube", "roft", "railfly", "hpn", "rail-fabric")
 #: 16 GPUs HPN is then two tiers, one segment (every ToR pair, one per plane,
 #: is a rail).
 EMULATED_RADIX = 8
+#: From this many GPUs the other fabrics are built as the texts build them, with
+#: radix-64 switches: no machine emulates that many, only the flow-level model.
+FULL_SCALE_GPUS = 256
+TEXT_RADIX = 64
+
+#: The longest stream an emulation replays (a few minutes on one machine); the
+#: flow-level model (``testbed.engine = "model"``) takes more.
+EMULATED_REQUESTS = 200
+
+
+def nodes_text(nodes) -> str:
+    """A node list for the log: whole when short, counted when long (1,024 GPUs)."""
+    nodes = list(nodes)
+    return str(nodes) if len(nodes) <= 12 else f"{len(nodes)} nodes"
+
+
+def check_stream(scenario, section: str) -> None:
+    """Refuse a stream too long to emulate, naming the key and the way out."""
+    count = scenario.section["requests"]
+    if not scenario.models and count > EMULATED_REQUESTS:
+        raise ValueError(f"{section}.requests = {count}: an emulation replays at most "
+                         f"{EMULATED_REQUESTS}; set testbed.engine = 'model' (--set "
+                         "engine=model) for longer streams")
+
 
 #: Settings every P/D scenario takes (each picks those it needs, by key).
 FIELDS = {
     "workload": Field(str, "deep-thinking", "request profile (section 4)",
                       choices=sorted(rq.WORKLOADS)),
-    "requests": Field(int, 16, "requests in the stream", minimum=1, maximum=200),
+    "requests": Field(int, 16, "requests in the stream (at most EMULATED_REQUESTS when "
+                      "emulated; the flow-level model takes up to 20,000)", minimum=1,
+                      maximum=20000),
     "rate_per_s": Field(float, 30.0, "arrival rate, real requests per second", minimum=0.01),
     "seed": Field(int, 1, "stream, placement and random pairing seed"),
     "tp": Field(int, 2, "GPUs per P or D node (TP size)", minimum=1),
@@ -79,9 +105,13 @@ def fabric_specs(spec: str, names: Sequence[str]) -> Dict[str, str]:
         if name == "zcube":
             specs[name] = spec                  # the reference, as the scenario wrote it
             continue
+        # The texts' fabrics (radix-64 EPS, their full-scale rules) from the GPU
+        # count of a cell that only the flow-level model runs.
+        full = gpus >= FULL_SCALE_GPUS
         try:
-            specs[name] = registry.spec_at(name, gpus, radix=EMULATED_RADIX,
-                                           gpus_per_server=per_server, small=True)
+            specs[name] = registry.spec_at(name, gpus,
+                                           radix=TEXT_RADIX if full else EMULATED_RADIX,
+                                           gpus_per_server=per_server, small=not full)
         except ScaleError as exc:
             raise ValueError(exc.naming("pd-inference.fabrics", FABRICS)) from None
     return specs

@@ -49,7 +49,8 @@ from typing import Dict, List, Optional
 
 from controllers.ocs_core import TECHNOLOGIES
 from controllers.proxy_core import MODES, ControlProxy
-from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
+from emu.experiments.base import (Context, Experiment, Network, Outcome, build_fabric,
+                                  model_calibration)
 from emu.schema import Field
 from topologies import cost, registry
 from topologies.fabric import Fabric, FabricError, ScaleError
@@ -375,6 +376,12 @@ def run(ctx: Context) -> Outcome:
                                     runner.base))
         if proxy is not None and proxy.warnings:
             ctx.log("  proxy: " + "; ".join(proxy.warnings))
+    return conclude(records, s, scale, flows)
+
+
+def conclude(records: List[FabricRecord], s, scale, flows) -> Outcome:
+    """Normalized throughput, cost and warnings of the fabrics' records, however
+    they were run (emulated or modelled)."""
     ft = reference_ft(s["fabrics"])
     ft_steady = next((r.steady_s() for r in records if r.name == ft), None)
     normalized = {r.name: (ft_steady / r.steady_s() if ft_steady else None) for r in records}
@@ -394,5 +401,36 @@ def run(ctx: Context) -> Outcome:
     return outcome
 
 
+def model_run(ctx: Context) -> Outcome:
+    """The same comparison on the flow-level model (``testbed.engine = "model"``):
+    the same schedule on the same fabrics, with the same proxy, at the
+    scenario's emulated scale, so that its figures sit beside an emulated
+    run's (`traffic.model.rl`)."""
+    from traffic.model.rl import ModelIterationRunner
+
+    s = ctx.settings
+    specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"], s["preset"])
+    cfg = workload(s)
+    scale = ctx.scale
+    cal = model_calibration(ctx)
+    seed = ctx.scenario.config["testbed"]["ecmp_seed"]
+    records: List[FabricRecord] = []
+    flows = []
+    for name in s["fabrics"]:
+        fabric = registry.build(specs[name])
+        sched = schedule_for(cfg, fabric.hosts, scale, s["max_ops"])
+        proxy = (ControlProxy(fabric, mode=s["mode"], tdf=scale.tdf)
+                 if fabric.name == "rfabric" else None)
+        ctx.log(f"  {name} ({specs[name]}): {len(sched.phases)} phases, modelled")
+        runner = ModelIterationRunner(fabric, sched, lambda g: scale.emu_mbps(g) * 1e6, cal,
+                                      optimizer_s=scale.emu_seconds(cfg.compute.optimizer_s),
+                                      proxy=proxy, ecmp_seed=seed, tdf=scale.tdf, log=ctx.log)
+        runner.run(s["iterations"])
+        flows += runner.flows(name)
+        records.append(FabricRecord(name, specs[name], runner.iterations, proxy,
+                                    runner.dark_windows(), runner.base))
+    return conclude(records, s, scale, flows)
+
+
 EXPERIMENT = Experiment(kind="rfabric", summary=SUMMARY, section=SECTION, fields=FIELDS,
-                        check=check, run=run, network=Network.SERIES)
+                        check=check, run=run, network=Network.SERIES, model=model_run)

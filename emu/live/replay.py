@@ -18,13 +18,14 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from emu.live import state
 from emu.live.ports import PortBook
 from traffic.flows import Flow, FlowDag
+from traffic.results import FlowResult  # noqa: F401  (re-exported: callers import it here)
 from emu.live.iperf_worker import SERVER_READY, ClientSpec, server_command
 
 MIN_FLOW_TIMEOUT_S = 30.0
@@ -34,55 +35,6 @@ ARM_AHEAD_S = 2.0
 #: a few milliseconds to start, so a pass stays short and a flow already due
 #: waits at most about one pass for its go once its server listens.
 ARM_PER_PASS = 2
-
-
-@dataclass
-class FlowResult:
-    id: str
-    src: str
-    dst: str
-    bytes: int
-    step: Optional[int]
-    group: str
-    start: float = 0.0
-    end: float = 0.0
-    bytes_received: int = 0
-    goodput_mbps: float = 0.0
-    retransmits: int = 0
-    status: str = "pending"
-    error: str = ""
-    sport: int = 0            # the data's source port (the sender's), once known
-    dport: int = 0            # the data's destination port
-    window_bytes: int = 0     # the socket buffers iperf3 set (-w); 0: autotuned
-
-    @property
-    def duration_s(self) -> float:
-        return max(0.0, self.end - self.start)
-
-    def to_dict(self) -> dict:
-        return dict(asdict(self), duration_s=self.duration_s)
-
-    def fill(self, data: dict) -> None:
-        """Take a client's output: {"start", "end", "result": iperf3 JSON}."""
-        self.start, self.end = data.get("start", 0.0), data.get("end", 0.0)
-        iperf = data.get("result", {})
-        if "error" in iperf or "error" in data:
-            self.status, self.error = "failed", str(iperf.get("error") or data.get("error"))
-            return
-        end = iperf.get("end", {})
-        # TCP reports the receiver's side in sum_received; UDP in sum.
-        received = end.get("sum_received") or end.get("sum", {})
-        self.bytes_received = int(received.get("bytes", 0))
-        self.goodput_mbps = received.get("bits_per_second", 0.0) / 1e6
-        self.retransmits = int(end.get("sum_sent", {}).get("retransmits", 0))
-        start = iperf.get("start", {})
-        connected = (start.get("connected") or [{}])[0]
-        local, remote = connected.get("local_port", 0), connected.get("remote_port", 0)
-        # In reverse mode the server sends: the data leaves the remote end.
-        reverse = (start.get("test_start") or {}).get("reverse")
-        self.sport, self.dport = (remote, local) if reverse else (local, remote)
-        self.window_bytes = int(start.get("sock_bufsize", 0))
-        self.status = "ok"
 
 
 class AgentProcess:

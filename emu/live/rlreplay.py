@@ -27,16 +27,17 @@ GPUs forward, new host routes).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from emu.live.ports import PortBook
 from emu.live.replay import FlowResult, Replayer
+from traffic.iterations import (IterationRun, PhaseRun, dark_windows,  # noqa: F401
+                                named_flows, ready_time)
 
 RECONFIG_TIMEOUT_S = 120.0
 
@@ -102,53 +103,6 @@ class ControlWorker:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-@dataclass
-class PhaseRun:
-    iteration: int
-    name: str
-    kind: str
-    ready: float = 0.0            # deps done and compute over (epoch s)
-    start: float = 0.0            # flows released (after any wait for circuits)
-    end: float = 0.0
-    flows: List[FlowResult] = field(default_factory=list)
-
-    @property
-    def stall_s(self) -> float:
-        return max(0.0, self.start - self.ready)
-
-    @property
-    def duration_s(self) -> float:
-        return max(0.0, self.end - self.start)
-
-
-@dataclass
-class IterationRun:
-    iteration: int
-    start: float
-    end: float = 0.0
-    phases: List[PhaseRun] = field(default_factory=list)
-
-    @property
-    def duration_s(self) -> float:
-        return self.end - self.start
-
-    @property
-    def exposed_s(self) -> float:
-        """Wall time phases waited for circuits, summed over the phases."""
-        return sum(p.stall_s for p in self.phases)
-
-
-def ready_time(phase, t0: float, ends: Dict[str, float], optimizer_s: float) -> float:
-    """When a phase may start: its planned offset, its dependencies' ends, and
-    for the weight sync the optimizer step after the DP all-reduce."""
-    ready = t0 + phase.start_s
-    for name in phase.after:
-        ready = max(ready, ends[name])
-    if phase.kind == "weight-sync" and "train-dp" in ends:
-        ready = max(ready, ends["train-dp"] + optimizer_s)
-    return ready
 
 
 class IterationRunner:
@@ -273,11 +227,8 @@ class IterationRunner:
     # ------------------------------------------------------------ results
     def flows(self, prefix: str) -> List[FlowResult]:
         """Every flow, its id made unique across iterations: ``{prefix}-i{n}-{id}``."""
-        return [dataclasses.replace(f, id=f"{prefix}-i{p.iteration}-{f.id}")
-                for it in self.iterations for p in it.phases for f in p.flows]
+        return named_flows(self.iterations, prefix)
 
     def dark_windows(self) -> List[dict]:
         """Each reconfiguration's dark time, torn to lit, epoch seconds."""
-        return [{"ocs": r.ocs, "torn": r.stamps["torn"], "lit": r.stamps["lit"],
-                 "start": r.stamps["start"], "ready": r.stamps["routes_restored"],
-                 "dark_s": r.dark_s} for r in (self.worker.replies if self.worker else [])]
+        return dark_windows(self.worker.replies if self.worker else [])

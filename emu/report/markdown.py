@@ -129,7 +129,17 @@ def _run_section(result: dict, scale: Scale) -> List[str]:
             parts.append(f"links {scale.format_rate(link)}")
         rows.append(("Fabric", "; ".join(parts)))
         rows.append(("Scale", scale.describe()))
-        rows.append(("Data plane", datapath_text or "not recorded"))
+        if result.get("mode") == "model":
+            cal = (result.get("model") or {}).get("calibration") or {}
+            rows.append(("Engine", "the flow-level model (`traffic.model`): max-min fair "
+                         "rates on the same fabric and flows, no packets; calibration "
+                         f"{plain(cal.get('measured') or 'not recorded')} (TCP share "
+                         f"{plain(cal.get('efficiency'), 3)}, flow set-up "
+                         f"{plain(cal.get('startup_s'), 3)} s, per hop "
+                         f"{plain(cal.get('hop_latency_s'), 3)} s at "
+                         f"{plain(cal.get('link_mbps'), 3)} Mbit/s)"))
+        else:
+            rows.append(("Data plane", datapath_text or "not recorded"))
         if result.get("congestion_control"):
             rows.append(("TCP congestion control", plain(result["congestion_control"])))
         if "ecmp_seed" in result:
@@ -157,6 +167,10 @@ def _fidelity_section(result: dict) -> List[str]:
     elif fidelity:
         lines.append("None: no flow that had its links to itself fell short of "
                      "its configured rate, and the CPU did not saturate.")
+    elif result.get("mode") == "model":
+        lines.append("None apply: this run is the flow-level model, not an emulation; "
+                     "its figures are computed, so nothing on this machine could "
+                     "saturate them.")
     else:
         lines.append("No fidelity check was recorded for this run.")
     cpu = fidelity.get("cpu") or {}
@@ -415,9 +429,15 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
     lines = [title, ""]
     if result.get("description"):
         lines += [_paragraph(result["description"]), ""]
-    lines += ["All figures name their unit; *emulated* values were measured "
-              "on the testbed, *real* ones map them back to the modelled "
-              "fabric through the scale factors below.", ""]
+    if result.get("mode") == "model":
+        lines += ["**Computed by the flow-level model, not emulated.** All figures "
+                  "name their unit; *emulated* values are what the model predicts "
+                  "for the testbed at its scale, *real* ones map them back to the "
+                  "modelled fabric through the scale factors below.", ""]
+    else:
+        lines += ["All figures name their unit; *emulated* values were measured "
+                  "on the testbed, *real* ones map them back to the modelled "
+                  "fabric through the scale factors below.", ""]
     # What was run first, then what may invalidate it, then the figures.
     lines += _run_section(result, scale) + [""]
     lines += _fidelity_section(result) + [""]

@@ -16,6 +16,7 @@ from emu.report.markdown import REPORT_FILE, render_markdown
 from emu.report.pd_plots import write_pd_plots
 from emu.report.plots import STEPS_PNG, TIMELINE_PNG, plot_steps, plot_timeline
 from emu.report.rl_plots import write_rl_plots
+from emu.report.scale_plots import write_scale_plots
 from traffic.scale import Scale
 
 
@@ -30,6 +31,7 @@ def write_plots(result: dict, run_dir: Path, scale: Scale) -> List[Path]:
     plots += write_rl_plots(result, run_dir)
     plots += write_pd_plots(result, run_dir)
     plots += write_fabric_plots(result, run_dir)
+    plots += write_scale_plots(result, run_dir)
     return plots
 
 

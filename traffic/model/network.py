@@ -1,0 +1,433 @@
+"""A fabric as the flow-level model sees it: directed links with capacities, and
+the testbed's routing over them, computed for many flows at once.
+
+Every wire of a `Fabric` becomes two directed links (one per direction), each
+with the capacity of its line rate (``bps_of(gbps)``).  A flow's path is a list
+of link ids::
+
+    h1 --l0--> s1 --l4--> s5 --l9--> s2 --l2--> h7          (static links)
+    s1 --l6--> o1 --l11--> s3                                 (a lit circuit:
+                                                               the two fibres)
+
+Routing is the testbed's own rule (`topologies.routing`, the controller's
+`EpsCore`): shortest paths over the *logical* graph (static links that are up
+plus the lit circuits), never through a host unless the fabric's hosts
+forward (SiP-OCS), and without Rail-Fabric's fast lanes, which carry only
+pinned flows.  Each switch spreads flows over its equal-cost next hops by a
+hash of the flow's key, as a kernel router hashes a five-tuple; the model's
+hash is its own (seeded by ``ecmp_seed``), so a flow's path is a draw of the
+same ECMP choice, not the emulator's exact draw.
+
+For speed at 16K GPUs the distances are computed once per routing state
+between *routing nodes* only (packet switches, and hosts where hosts
+forward) with scipy's breadth-first search, and the paths of a whole batch of
+flows are walked hop by hop with numpy: at each hop every flow looks at its
+node's neighbours one step closer to its destination and takes one by its
+hash.  A destination with no path (a dark circuit, a failed switch) gets the
+*blackhole* link as its last hop: a link of capacity 0, so the flow waits
+there until the routes change and it is rerouted, as packets sent toward a
+dark port are lost until the circuit lights.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from topologies.fabric import EPS, HOST, OCS, Circuit, Fabric, FabricError
+
+UNREACHABLE = np.iinfo(np.int32).max
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def ecmp_hash(keys: np.ndarray, nodes: np.ndarray, seed: int) -> np.ndarray:
+    """A 64-bit mix (splitmix64) of each flow's key, the node it is at and the
+    seed: which of the node's equal-cost next hops the flow takes."""
+    with np.errstate(over="ignore"):
+        x = (keys.astype(np.uint64) * _MIX) ^ (nodes.astype(np.uint64) << np.uint64(32)) \
+            ^ np.uint64(seed & 0xFFFFFFFF)
+        x = x + _MIX
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def key_of(name: str) -> int:
+    """A stable 63-bit key for a flow id (Python's hash() is salted per process)."""
+    import zlib
+    data = name.encode()
+    return (zlib.crc32(data) << 31) ^ zlib.adler32(data)
+
+
+class ModelNetwork:
+    """Directed links, their capacities and the current routes of one fabric.
+
+    ``bps_of(gbps)`` gives a link's capacity in bits per second (real rates:
+    ``lambda g: g * 1e9``; the emulator's scale: `traffic.scale.Scale`).
+    The last link is the blackhole (capacity 0).  Circuits change with
+    `set_circuits`; links and switches fail with `fail_link` / `fail_node`.
+    """
+
+    def __init__(self, fabric: Fabric, bps_of: Callable[[float], float] = lambda g: g * 1e9,
+                 ecmp_seed: int = 1):
+        self.fabric = fabric
+        self.ecmp_seed = int(ecmp_seed)
+        graph = fabric.graph
+        self.names: List[str] = list(graph.nodes)
+        self.index: Dict[str, int] = {n: i for i, n in enumerate(self.names)}
+        self.kind = np.array([graph.nodes[n]["kind"] for n in self.names])
+        self.transit_hosts = bool(fabric.params.get("transit_hosts", False))
+        src, dst, caps = [], [], []
+        # (u, v) -> [(port on u, link u->v)] over parallel wires, in port order
+        self._wires: Dict[Tuple[str, str], List[Tuple[int, int]]] = defaultdict(list)
+        # (ocs, port) -> (node wired there, link node->ocs, link ocs->node)
+        self._ocs_port: Dict[Tuple[str, int], Tuple[str, int, int]] = {}
+        for u, v, data in graph.edges(data=True):
+            ids = {}
+            for a, b in ((u, v), (v, u)):
+                link = len(src)
+                ids[a] = link
+                src.append(self.index[a])
+                dst.append(self.index[b])
+                caps.append(bps_of(data["gbps"]))
+                self._wires[a, b].append((data["ports"][a], link))
+            for ocs, node in ((u, v), (v, u)):
+                if graph.nodes[ocs]["kind"] == OCS and graph.nodes[node]["kind"] != OCS:
+                    self._ocs_port[ocs, data["ports"][ocs]] = (node, ids[node], ids[ocs])
+        for key in self._wires:
+            self._wires[key].sort()
+        self.blackhole = len(src)
+        src.append(-1)
+        dst.append(-1)
+        caps.append(0.0)
+        self.link_src = np.array(src, dtype=np.int64)
+        self.link_dst = np.array(dst, dtype=np.int64)
+        self.nominal_bps = np.array(caps, dtype=float)
+        self.capacity_bps = self.nominal_bps.copy()
+        self.down_links: Set[frozenset] = set()
+        self.down_nodes: Set[str] = set()
+        self.excluded_ports: Set[Tuple[str, int]] = self._fast_lane_ports()
+        self._attach: Dict[str, Tuple[str, int, int]] = {}
+        self.rebuild()
+
+    # ------------------------------------------------------------ wiring
+    def _fast_lane_ports(self) -> Set[Tuple[str, int]]:
+        if self.fabric.name != "rail-fabric":
+            return set()
+        from topologies.rail_fabric import fast_lane_ports
+        lanes = set()
+        for a, pa, b, pb in fast_lane_ports(self.fabric):
+            lanes |= {(a, pa), (b, pb)}
+        return lanes
+
+    def routing_node(self, name: str) -> bool:
+        kind = self.fabric.kind(name)
+        return kind == EPS or (kind == HOST and self.transit_hosts)
+
+    # ------------------------------------------------------------ routing state
+    def _logical_hops(self) -> Dict[Tuple[str, str], List[List[int]]]:
+        """(u, v) -> the link lists of every logical hop u -> v that is up."""
+        hops: Dict[Tuple[str, str], List[List[int]]] = defaultdict(list)
+        for (a, b), wires in self._wires.items():
+            if OCS in (self.fabric.kind(a), self.fabric.kind(b)):
+                continue
+            if a in self.down_nodes or b in self.down_nodes:
+                continue
+            for port, link in wires:
+                if (a, port) in self.excluded_ports:
+                    continue
+                if frozenset((a, b)) in self.down_links or self.capacity_bps[link] <= 0:
+                    continue
+                hops[a, b].append([link])
+        for ocs, circuits in self.fabric.circuits.items():
+            if ocs in self.down_nodes:
+                continue
+            for pa, pb in circuits:
+                if (ocs, pa) not in self._ocs_port or (ocs, pb) not in self._ocs_port:
+                    continue
+                (na, up_a, down_a), (nb, up_b, down_b) = (self._ocs_port[ocs, pa],
+                                                          self._ocs_port[ocs, pb])
+                if na in self.down_nodes or nb in self.down_nodes:
+                    continue
+                links = (up_a, down_a, up_b, down_b)
+                if any(self.capacity_bps[l] <= 0 for l in links):
+                    continue
+                hops[na, nb].append([up_a, down_b])
+                hops[nb, na].append([up_b, down_a])
+        return hops
+
+    def rebuild(self) -> None:
+        """Recompute the logical graph and the distances after any change."""
+        hops = self._logical_hops()
+        routers = [n for n in self.names if self.routing_node(n) and n not in self.down_nodes]
+        self.router_ids = {n: i for i, n in enumerate(routers)}
+        self.routers = routers
+        count = len(routers)
+        self._attach = {}
+        rows, cols = [], []
+        adj: Dict[int, List[Tuple[int, List[int]]]] = defaultdict(list)
+        for (a, b), lists in hops.items():
+            if a in self.router_ids and b in self.router_ids:
+                ia, ib = self.router_ids[a], self.router_ids[b]
+                rows.append(ia)
+                cols.append(ib)
+                for links in lists:
+                    adj[ia].append((ib, links))
+            elif self.fabric.kind(a) == HOST and b in self.router_ids:
+                self._attach.setdefault(a, (b, lists[0][0], -1))
+        for (a, b), lists in hops.items():       # the link back down to each leaf host
+            if self.fabric.kind(b) == HOST and b in self._attach and self._attach[b][0] == a:
+                sw, up, _ = self._attach[b]
+                self._attach[b] = (sw, up, lists[0][0])
+        matrix = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(count, count))
+        if count:
+            dist = shortest_path(matrix, method="D", unweighted=True, directed=True)
+            dist[np.isinf(dist)] = UNREACHABLE
+            self.dist = dist.astype(np.int32)
+        else:
+            self.dist = np.zeros((0, 0), dtype=np.int32)
+        # Each router's logical hops: neighbour and up to two links (a circuit
+        # crosses two fibres), grouped by router.
+        indptr = np.zeros(count + 1, dtype=np.int64)
+        nbr, first, second = [], [], []
+        for ia in range(count):
+            for ib, links in adj.get(ia, ()):
+                nbr.append(ib)
+                first.append(links[0])
+                second.append(links[1] if len(links) > 1 else -1)
+            indptr[ia + 1] = len(nbr)
+        self.adj_ptr = indptr
+        self.adj_nbr = np.array(nbr, dtype=np.int64)
+        self.adj_link1 = np.array(first, dtype=np.int64)
+        self.adj_link2 = np.array(second, dtype=np.int64)
+        self._next_hops()
+
+    def _next_hops(self) -> None:
+        """The ECMP table: for every (router u, router g), the hops of u one step
+        closer to g, as one CSR keyed by u x count + g, so a walk takes one
+        lookup per hop whatever the radix.  Built in blocks of routers to bound
+        the memory of the (hop x router) comparison."""
+        count = len(self.routers)
+        owner = np.repeat(np.arange(count), np.diff(self.adj_ptr))
+        keys, hops = [], []
+        block = max(1, 2_000_000 // max(count, 1))
+        for lo in range(0, len(owner), block):
+            hi = min(len(owner), lo + block)
+            u, v = owner[lo:hi], self.adj_nbr[lo:hi]
+            closer = self.dist[v] == (self.dist[u] - 1)[:, :]
+            closer &= (self.dist[u] < UNREACHABLE)
+            e, g = np.nonzero(closer)
+            keys.append(u[e] * count + g)
+            hops.append(e + lo)
+        keys = np.concatenate(keys) if keys else np.empty(0, dtype=np.int64)
+        hops = np.concatenate(hops) if hops else np.empty(0, dtype=np.int64)
+        order = np.argsort(keys, kind="stable")
+        self.nh_hop = hops[order]
+        self.nh_ptr = np.zeros(count * count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys, minlength=count * count), out=self.nh_ptr[1:])
+
+    # ------------------------------------------------------------ changes
+    def set_circuits(self, ocs: str, circuits: Iterable[Iterable[int]]) -> None:
+        self.fabric.set_circuits(ocs, circuits)
+        self.rebuild()
+
+    def _links_between(self, u: str, v: str) -> List[int]:
+        return [l for _, l in self._wires.get((u, v), [])] + \
+               [l for _, l in self._wires.get((v, u), [])]
+
+    def fail_link(self, u: str, v: str) -> List[int]:
+        links = self._links_between(u, v)
+        if not links:
+            raise FabricError(f"no link {u}-{v} in {self.fabric.name}")
+        self.down_links.add(frozenset((u, v)))
+        self.capacity_bps[links] = 0.0
+        self.rebuild()
+        return links
+
+    def _up(self, links: List[int]) -> List[int]:
+        """Of ``links``, those with no end failed on its own (a link down, a node down)."""
+        up = []
+        for link in links:
+            a, b = self.names[self.link_src[link]], self.names[self.link_dst[link]]
+            if frozenset((a, b)) not in self.down_links and \
+                    a not in self.down_nodes and b not in self.down_nodes:
+                up.append(link)
+        return up
+
+    def restore_link(self, u: str, v: str) -> List[int]:
+        links = self._links_between(u, v)
+        self.down_links.discard(frozenset((u, v)))
+        up = self._up(links)
+        self.capacity_bps[up] = self.nominal_bps[up]
+        self.rebuild()
+        return up
+
+    def node_links(self, name: str) -> List[int]:
+        me = self.index[name]
+        return np.flatnonzero((self.link_src == me) | (self.link_dst == me)).tolist()
+
+    def fail_node(self, name: str) -> List[int]:
+        if name not in self.index:
+            raise FabricError(f"no node {name!r} in {self.fabric.name}")
+        links = self.node_links(name)
+        self.down_nodes.add(name)
+        self.capacity_bps[links] = 0.0
+        self.rebuild()
+        return links
+
+    def restore_node(self, name: str) -> List[int]:
+        self.down_nodes.discard(name)
+        up = self._up(self.node_links(name))
+        self.capacity_bps[up] = self.nominal_bps[up]
+        self.rebuild()
+        return up
+
+    # ------------------------------------------------------------ paths
+    def _target(self, dst: str) -> Tuple[int, int]:
+        """(router id to reach, link down to the host or -1) for a destination."""
+        if dst in self.router_ids:
+            return self.router_ids[dst], -1
+        if dst in self._attach:
+            sw, _, down = self._attach[dst]
+            return self.router_ids[sw], down
+        return -1, -1
+
+    def _origin(self, src: str) -> Tuple[int, int]:
+        """(router id the flow starts at, link up from the host or -1)."""
+        if src in self.router_ids:
+            return self.router_ids[src], -1
+        if src in self._attach:
+            sw, up, _ = self._attach[src]
+            return self.router_ids[sw], up
+        return -1, -1
+
+    def paths(self, srcs: Sequence[str], dsts: Sequence[str], keys: Sequence[int]
+              ) -> Tuple[np.ndarray, np.ndarray]:
+        """The routed paths of many flows at once, as CSR (indptr, link ids)."""
+        n = len(srcs)
+        origin = np.array([self._origin(s) for s in srcs], dtype=np.int64).reshape(n, 2)
+        target = np.array([self._target(d) for d in dsts], dtype=np.int64).reshape(n, 2)
+        keys = np.asarray(keys, dtype=np.uint64).reshape(n)
+        return self._walk(origin, target, keys)
+
+    def paths_indexed(self, src_idx: np.ndarray, dst_idx: np.ndarray, keys: np.ndarray
+                      ) -> Tuple[np.ndarray, np.ndarray]:
+        """`paths` for node indices (`self.index`), for callers that keep arrays."""
+        origin = self._table(self._origin)[src_idx]
+        target = self._table(self._target)[dst_idx]
+        return self._walk(origin, target, np.asarray(keys, dtype=np.uint64))
+
+    def _table(self, fn) -> np.ndarray:
+        cache = getattr(self, "_tables", None)
+        if cache is None or cache[0] is not self.dist:
+            cache = (self.dist, {})
+            self._tables = cache
+        if fn.__name__ not in cache[1]:
+            cache[1][fn.__name__] = np.array([fn(n) for n in self.names], dtype=np.int64)
+        return cache[1][fn.__name__]
+
+    def _walk(self, origin: np.ndarray, target: np.ndarray, keys: np.ndarray
+              ) -> Tuple[np.ndarray, np.ndarray]:
+        n = len(keys)
+        hops: List[np.ndarray] = []            # per step: link ids (-1: none) per flow
+        hops.append(origin[:, 1].copy())
+        cur = origin[:, 0].copy()
+        goal = target[:, 0]
+        ok = (cur >= 0) & (goal >= 0)
+        dist_now = np.full(n, UNREACHABLE, dtype=np.int64)
+        dist_now[ok] = self.dist[cur[ok], goal[ok]]
+        dead = ~ok | (dist_now >= UNREACHABLE)
+        live = np.flatnonzero(~dead & (cur != goal))
+        count = len(self.routers)
+        while live.size:
+            u, g = cur[live], goal[live]
+            key = u * count + g
+            start = self.nh_ptr[key]
+            width = self.nh_ptr[key + 1] - start
+            pick = ecmp_hash(keys[live], u, self.ecmp_seed) % np.maximum(width, 1).astype(np.uint64)
+            chosen = self.nh_hop[start + pick.astype(np.int64)]
+            step1 = np.full(n, -1, dtype=np.int64)
+            step2 = np.full(n, -1, dtype=np.int64)
+            step1[live] = self.adj_link1[chosen]
+            step2[live] = self.adj_link2[chosen]
+            hops.append(step1)
+            hops.append(step2)
+            cur[live] = self.adj_nbr[chosen]
+            dist_now[live] -= 1
+            live = live[cur[live] != goal[live]]
+        last = np.where(dead, self.blackhole, target[:, 1])
+        hops.append(last)
+        table = np.stack(hops, axis=1)
+        keep = table >= 0
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(keep.sum(axis=1), out=indptr[1:])
+        return indptr, table[keep]
+
+    def node_path(self, nodes: Sequence[str]) -> np.ndarray:
+        """Link ids along an explicit node path (a planned KV path, a pin).
+
+        Between two nodes wired more than once a fast lane is taken first, as
+        `controllers.pins` pins a path (the lanes exist for pinned flows), then
+        the first wire in port order; a hop through an OCS needs a lit circuit;
+        a hop that is down ends in the blackhole."""
+        links: List[int] = []
+        for a, b in zip(nodes, nodes[1:]):
+            wires = [l for p, l in sorted(self._wires.get((a, b), []),
+                                          key=lambda w: ((a, w[0]) not in self.excluded_ports,
+                                                         w[0]))
+                     if self.capacity_bps[l] > 0]
+            if wires and a not in self.down_nodes and b not in self.down_nodes:
+                links.append(wires[0])
+                continue
+            via = self._circuit_between(a, b)
+            if via is None:
+                links.append(self.blackhole)
+                break
+            links += via
+        return np.array(links, dtype=np.int64)
+
+    def _circuit_between(self, a: str, b: str) -> Optional[List[int]]:
+        for ocs, circuits in self.fabric.circuits.items():
+            for pa, pb in circuits:
+                ends = (self._ocs_port.get((ocs, pa)), self._ocs_port.get((ocs, pb)))
+                if None in ends:
+                    continue
+                (na, up_a, down_a), (nb, up_b, down_b) = ends
+                if (na, nb) == (a, b):
+                    return [up_a, down_b]
+                if (nb, na) == (a, b):
+                    return [up_b, down_a]
+        return None
+
+    def router(self, spec_of: Callable[[int], tuple]) -> Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]:
+        """A router for `FlowSim`: ``spec_of(flow_id)`` is ``("route", src, dst, key)``
+        or ``("nodes", [n1, n2, ...])``."""
+        def route(flow_ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+            specs = [spec_of(int(f)) for f in flow_ids]
+            routed = [i for i, s in enumerate(specs) if s[0] == "route"]
+            per_flow: List[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(specs)
+            if routed:
+                indptr, links = self.paths([specs[i][1] for i in routed],
+                                           [specs[i][2] for i in routed],
+                                           [specs[i][3] for i in routed])
+                for j, i in enumerate(routed):
+                    per_flow[i] = links[indptr[j]:indptr[j + 1]]
+            for i, spec in enumerate(specs):
+                if spec[0] == "nodes":
+                    per_flow[i] = self.node_path(spec[1])
+                elif spec[0] != "route":
+                    raise ValueError(f"flow {flow_ids[i]}: unknown path spec {spec[0]!r}")
+            indptr = np.zeros(len(specs) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in per_flow], out=indptr[1:])
+            links = np.concatenate(per_flow) if per_flow else np.empty(0, dtype=np.int64)
+            return indptr, links.astype(np.int64)
+        return route
+
+    def describe(self, link: int) -> str:
+        if link == self.blackhole:
+            return "blackhole"
+        return f"{self.names[self.link_src[link]]}->{self.names[self.link_dst[link]]}"
