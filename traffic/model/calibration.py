@@ -1,6 +1,6 @@
 """The flow-level model's few constants, calibrated once on the emulator and frozen.
 
-The model has four constants that max-min fairness alone does not give:
+The model has five constants that max-min fairness alone does not give:
 
 * ``efficiency``: the share of a link's rate that TCP's payload gets (1500-byte
   frames, headers, acknowledgements on the reverse path);
@@ -10,7 +10,10 @@ The model has four constants that max-min fairness alone does not give:
   time of the last bytes;
 * ``round_s``: one confirmed control round of the controller (a batch of
   routes or circuits applied and acknowledged), the unit of the six-step
-  reconfiguration.
+  reconfiguration;
+* ``phase_startup_s``: from an RL phase's start to its first flow's first
+  byte: the replayer the emulator starts per phase (agents, servers, the
+  first clients) before any flow can go.
 
 They are measured by ``bench/model --calibrate`` on a single-flow bench of the
 emulator (one lone TCP flow over 3 switches at two sizes, on ``dataplane =
@@ -53,6 +56,7 @@ class Calibration:
     startup_s: float = 0.0
     hop_latency_s: float = 0.0
     round_s: float = 0.0
+    phase_startup_s: float = 0.0
     link_mbps: float = 0.0               # the link rate hop_latency_s was measured at
     measured: str = ""                   # date and machine kind
     source: str = ""                     # how
@@ -69,8 +73,8 @@ class Calibration:
     def for_real_world(self, link_gbps: float) -> "Calibration":
         """The constants for a run in real units at ``link_gbps`` (see above)."""
         mbps = link_gbps * 1000.0
-        return replace(self, startup_s=0.0, round_s=0.0, hop_latency_s=self._hop_at(mbps),
-                       link_mbps=mbps)
+        return replace(self, startup_s=0.0, round_s=0.0, phase_startup_s=0.0,
+                       hop_latency_s=self._hop_at(mbps), link_mbps=mbps)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +101,8 @@ def load(path: Optional[Path] = None) -> Calibration:
     if unknown:
         raise ValueError(f"{path}: unknown keys {unknown} in [calibration]; allowed: "
                          f"{', '.join(sorted(fields))}")
-    for key in ("efficiency", "startup_s", "hop_latency_s", "round_s", "link_mbps"):
+    for key in ("efficiency", "startup_s", "hop_latency_s", "round_s", "phase_startup_s",
+                "link_mbps"):
         value = section.get(key, getattr(IDEAL, key))
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{path}: calibration.{key} must be a number >= 0, got {value!r}")

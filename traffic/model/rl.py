@@ -200,7 +200,7 @@ class ModelIterationRunner:
     def _append(self, name: str, values: np.ndarray) -> None:
         setattr(self, name, np.concatenate([getattr(self, name), values]))
 
-    def _start_flows(self, state: _PhaseState, t: float) -> None:
+    def _start_flows(self, state: _PhaseState, t: float, started: float) -> None:
         phase, run = state.phase, state.run
         flows = phase.dag.flows
         first = self.sim.n_flows
@@ -218,7 +218,7 @@ class ModelIterationRunner:
                            cap_bps=caps, tag=None)
         state.first, state.count, state.left = first, len(flows), len(flows)
         run.flows_count = len(flows)
-        run.start = t
+        run.start = started
 
     def _phase_ready(self, it: IterationRun, state: _PhaseState, t0: float,
                      ends: Dict[str, float]) -> None:
@@ -231,10 +231,13 @@ class ModelIterationRunner:
                 self._send(lambda: self.proxy.phase_started(
                     phase.name, phase.kind, run.ready - self.base, phase.pairs()))
                 start = max(start, self.worker.ready_for(self.proxy.cache[phase.name].ocs))
-            if start > self.sim.now:
-                self.sim.at(start, lambda _s: self._start_flows(state, start))
+            # The phase has started (its stall ends here); its flows go once the
+            # emulator's replayer for it is up (`Calibration.phase_startup_s`).
+            release = start + self.calibration.phase_startup_s
+            if release > self.sim.now:
+                self.sim.at(release, lambda _s: self._start_flows(state, release, start))
             else:
-                self._start_flows(state, self.sim.now)
+                self._start_flows(state, self.sim.now, start)
 
         self.sim.at(max(run.ready, self.sim.now), go)
 
