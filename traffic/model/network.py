@@ -38,7 +38,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from topologies.fabric import EPS, HOST, OCS, Circuit, Fabric, FabricError
+from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
 
 UNREACHABLE = np.iinfo(np.int32).max
 _MIX = np.uint64(0x9E3779B97F4A7C15)

@@ -33,7 +33,7 @@ confirmed control round (calibrated, `traffic.model.calibration`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import numpy as np
 
@@ -67,11 +67,6 @@ class ControlWorkerModel:
         self.replies: List[ModelReply] = []
         self.cores = {o: OcsCore(net.fabric, o, tdf=tdf) for o in net.fabric.ocs_switches}
 
-    def delay_s(self, ocs: str) -> float:
-        node = self.net.fabric.graph.nodes[ocs]
-        from controllers.ocs_core import delay_ms_for
-        return delay_ms_for(node["technology"], node.get("delay_ms")) * self.tdf / 1000.0
-
     def submit(self, request: dict, record=None) -> float:
         """Queue a reconfiguration; returns when it will be done (routes restored)."""
         if request["op"] != "reconfigure":
@@ -79,7 +74,10 @@ class ControlWorkerModel:
         ocs = request["ocs"]
         start = max(self.sim.now, self.free_at)
         torn = start + 2 * self.round_s
-        lit = torn + self.delay_s(ocs)
+        # The OCS core's plan says how long the ports stay dark (its Table 2
+        # delay x tdf); the circuits it tears are planned again at the tear,
+        # against the circuits of that moment.
+        lit = torn + self.cores[ocs].plan(request["circuits"]).delay_emulated_s
         done = lit + self.round_s
         self.free_at = done
         self.done_at[ocs] = done
@@ -119,6 +117,7 @@ class _PhaseState:
     run: PhaseRun
     phase: object
     index: int                # in ModelIterationRunner._phases
+    scheduled: bool = False   # its start is due: every phase it waits for ended
     first: int = 0            # sim ids [first, first + count)
     count: int = 0
     left: int = 0
@@ -220,10 +219,12 @@ class ModelIterationRunner:
         run.flows_count = len(flows)
         run.start = started
 
-    def _phase_ready(self, it: IterationRun, state: _PhaseState, t0: float,
-                     ends: Dict[str, float]) -> None:
+    def _phase_ready(self, state: _PhaseState) -> None:
+        """Every phase ``state`` waits for has ended: it starts when it is due."""
         phase, run = state.phase, state.run
-        run.ready = ready_time(phase, t0, ends, self.optimizer_s)
+        state.scheduled = True
+        run.ready = ready_time(phase, self._current["t0"], self._current["ends"],
+                               self.optimizer_s)
 
         def go(_sim):
             start = run.ready
@@ -250,12 +251,9 @@ class ModelIterationRunner:
             self._send(lambda: self.proxy.phase_ended(phase.name, t - self.base))
         self._current["ends"][phase.name] = t
         for other in self._current["states"]:
-            if other.run.ready or other is state:
-                continue
-            if phase.name in other.phase.after and all(
+            if not other.scheduled and phase.name in other.phase.after and all(
                     name in self._current["ends"] for name in other.phase.after):
-                self._phase_ready(self._current["it"], other, self._current["t0"],
-                                  self._current["ends"])
+                self._phase_ready(other)
         if len(self._current["ends"]) == len(self._current["states"]):
             self._iteration_ended(t)
 
@@ -287,7 +285,7 @@ class ModelIterationRunner:
         self._current = {"it": it, "t0": t0, "ends": {}, "states": states}
         for state in states:
             if not state.phase.after:
-                self._phase_ready(it, state, t0, self._current["ends"])
+                self._phase_ready(state)
 
     def _iteration_ended(self, t: float) -> None:
         it = self._current["it"]
