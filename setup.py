@@ -20,6 +20,7 @@ setup(
         "networkx>=3.0",
         "numpy>=1.24",
         "scipy>=1.10",
+        "numba>=0.60",
         "matplotlib>=3.7",
         "psutil>=5.9",
         "pyroute2>=0.9",

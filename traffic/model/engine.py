@@ -44,13 +44,13 @@ Special cases:
 Events and their cost
 ---------------------
 Timed events (releases, start of transmission, done after latency, ``at``
-callbacks) sit in a heap; drains are found with numpy: the next drain is
-``min(bytes_left x 8 / rate)`` over the transmitting flows.  Every flow whose
+callbacks) sit in a heap; drains are found by a compiled pass (numba) over
+the transmitting flows: the next drain is ``min(bytes_left x 8 / rate)``.  Every flow whose
 drain falls within 1e-9 x now + 1e-12 s of the earliest is drained in the same
 event, so the flows of a symmetric collective step end together and cost one
 rate computation, not one each.  Rates are recomputed only when the set of
-transmitting flows, a capacity or a path changed.  Everything per event is
-vectorised over flows and links; per-flow arrays grow by doubling.
+transmitting flows, a capacity or a path changed.  What is per event and per
+flow is compiled or vectorised; per-flow arrays grow by doubling.
 
 Coalescing (``coalesce`` = c > 0, off by default)
 -------------------------------------------------
@@ -95,6 +95,7 @@ import time
 from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
+from numba import njit
 
 from traffic.model.maxmin import max_min_rates
 
@@ -162,6 +163,7 @@ class FlowSim:
         self._capacity = np.array(capacity_bps, dtype=np.float64).reshape(-1)
         self._check_capacity(self._capacity)
         self._effective_capacity = None      # capacity x efficiency, cached
+        self._link_scratch = None            # max_min_rates's renumbering table
 
         # Per-flow arrays, allocated with room to grow; the public views are
         # sliced to n_flows.
@@ -484,18 +486,14 @@ class FlowSim:
             return
         tx = self._tx_ids[self._transmitting[self._tx_ids]]
         self._tx_ids = tx
-        lengths = self._path_len[tx]
-        indptr = np.zeros(len(tx) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        # Gather each flow's slice of _path_links into one CSR, vectorised.
-        offsets = np.repeat(self._path_start[tx] - indptr[:-1], lengths)
-        links = self._path_links[np.arange(indptr[-1], dtype=np.int64) + offsets]
+        indptr, links = _gather_paths(tx, self._path_start, self._path_len, self._path_links)
         if self._effective_capacity is None:
             self._effective_capacity = self._capacity * self.efficiency
+            self._link_scratch = np.full(len(self._capacity), -1, dtype=np.int64)
         # Inputs already checked: capacities and caps when set, links when routed.
         rates = max_min_rates(indptr, links, self._effective_capacity, self._cap[tx],
-                              check=False)
-        rates[lengths == 0] = 0.0          # no path yet (or a dead end): wait
+                              check=False, scratch=self._link_scratch)
+        rates[self._path_len[tx] == 0] = 0.0          # no path yet (or a dead end): wait
         self._tx_rate = rates
         self._rates_stale = False
         self.rate_computations += 1
@@ -596,35 +594,26 @@ class FlowSim:
         while True:
             self._refresh_rates()
             tx, rate = self._tx_ids, self._tx_rate
-            bits_left = self._bytes_left[tx] * 8.0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                time_left = np.where(bits_left <= 0, 0.0, bits_left / rate)
-            next_drain = self.now + time_left.min(initial=np.inf)
+            time_left = _times_to_drain(tx, rate, self._bytes_left)
+            next_drain = self.now + (time_left.min() if len(time_left) else np.inf)
             next_event = self._heap[0][0] if self._heap else np.inf
             t_next = min(next_drain, next_event)
             if t_next == np.inf or (until is not None and t_next > until):
                 if until is not None and until > self.now:
-                    self._advance(tx, rate, until - self.now)
+                    _advance(tx, rate, until - self.now, self._bytes_left)
                     self.now = float(until)
                 return
 
             step = t_next - self.now
             tolerance = self._tolerance(t_next)
-            if next_drain <= t_next + tolerance:
-                if self.coalesce > 0:
-                    # Also drain now the flows due within coalesce x (their
-                    # size at their current rate): they skip at most a
-                    # fraction coalesce of their bytes.  A flow at rate 0
-                    # (dark link, no path) has no slack: it waits.
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        slack = np.where(rate > 0, self.coalesce * 8.0 * self._bytes_total[tx]
-                                         / rate, 0.0)
-                    draining = tx[time_left <= step + tolerance + slack]
-                else:
-                    draining = tx[time_left <= step + tolerance]
-            else:
-                draining = tx[:0]
-            self._advance(tx, rate, step)
+            # Also drained now, with coalescing, the flows due within coalesce
+            # x (their size at their current rate): they skip at most a
+            # fraction coalesce of their bytes.  A flow at rate 0 (dark link,
+            # no path) has no slack: it waits.
+            draining = _draining(tx, rate, time_left, self._bytes_total,
+                                 step + tolerance if next_drain <= t_next + tolerance else -1.0,
+                                 self.coalesce)
+            _advance(tx, rate, step, self._bytes_left)
             self.now = float(t_next)
             self.events_processed += 1
 
@@ -659,11 +648,63 @@ class FlowSim:
                     self._last_progress = wall
                     self.progress(self)
 
-    def _advance(self, tx: np.ndarray, rate: np.ndarray, step: float) -> None:
-        """Move every transmitting flow's bytes forward by ``step`` seconds."""
-        if step <= 0 or len(tx) == 0:
-            return
-        moving = rate > 0
-        sent = rate[moving] * (step / 8.0)
-        left = self._bytes_left[tx[moving]] - sent
-        self._bytes_left[tx[moving]] = np.maximum(left, 0.0)
+
+
+# ---------------------------------------------------------------- compiled steps
+# The per-event arithmetic over the transmitting flows, compiled: at about a
+# thousand flows an event, numpy's per-call cost was most of an event's.
+
+@njit(cache=True)
+def _gather_paths(tx, path_start, path_len, path_links):
+    """The paths of flows ``tx`` as one CSR (indptr, link ids)."""
+    indptr = np.zeros(len(tx) + 1, dtype=np.int64)
+    for i in range(len(tx)):
+        indptr[i + 1] = indptr[i] + path_len[tx[i]]
+    links = np.empty(indptr[-1], dtype=np.int64)
+    for i in range(len(tx)):
+        start = path_start[tx[i]]
+        for j in range(path_len[tx[i]]):
+            links[indptr[i] + j] = path_links[start + j]
+    return indptr, links
+
+
+@njit(cache=True)
+def _times_to_drain(tx, rate, bytes_left):
+    """Seconds until each flow's last byte leaves at its rate (inf at rate 0)."""
+    out = np.empty(len(tx))
+    for i in range(len(tx)):
+        bits = bytes_left[tx[i]] * 8.0
+        if bits <= 0.0:
+            out[i] = 0.0
+        elif rate[i] > 0.0:
+            out[i] = bits / rate[i]
+        else:
+            out[i] = np.inf
+    return out
+
+
+@njit(cache=True)
+def _draining(tx, rate, time_left, bytes_total, within, coalesce):
+    """The flows that drain at this event: due within ``within`` seconds
+    (< 0: none), or, with coalescing, within ``within`` + coalesce x their
+    transfer time at their current rate."""
+    out = np.empty(len(tx), dtype=np.int64)
+    count = 0
+    if within < 0.0:
+        return out[:0]
+    for i in range(len(tx)):
+        slack = coalesce * 8.0 * bytes_total[tx[i]] / rate[i] if rate[i] > 0.0 else 0.0
+        if time_left[i] <= within + slack:
+            out[count] = tx[i]
+            count += 1
+    return out[:count]
+
+
+@njit(cache=True)
+def _advance(tx, rate, step, bytes_left):
+    """Move every transmitting flow's bytes forward by ``step`` seconds."""
+    if step <= 0.0:
+        return
+    for i in range(len(tx)):
+        if rate[i] > 0.0:
+            bytes_left[tx[i]] = max(bytes_left[tx[i]] - rate[i] * (step / 8.0), 0.0)

@@ -36,6 +36,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tupl
 
 import numpy as np
 from scipy.sparse import csr_matrix
+from numba import njit
 from scipy.sparse.csgraph import shortest_path
 
 from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
@@ -44,16 +45,30 @@ UNREACHABLE = np.iinfo(np.int32).max
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
+@njit(cache=True)
+def _mix(key, node, seed):
+    """splitmix64 of a flow's key, the node it is at and the seed (all uint64)."""
+    x = (key * _MIX) ^ (node << np.uint64(32)) ^ seed
+    x = x + _MIX
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def _mix_all(keys, nodes, seed):
+    out = np.empty(len(keys), dtype=np.uint64)
+    for i in range(len(keys)):
+        out[i] = _mix(keys[i], nodes[i], seed)
+    return out
+
+
 def ecmp_hash(keys: np.ndarray, nodes: np.ndarray, seed: int) -> np.ndarray:
     """A 64-bit mix (splitmix64) of each flow's key, the node it is at and the
     seed: which of the node's equal-cost next hops the flow takes."""
-    with np.errstate(over="ignore"):
-        x = (keys.astype(np.uint64) * _MIX) ^ (nodes.astype(np.uint64) << np.uint64(32)) \
-            ^ np.uint64(seed & 0xFFFFFFFF)
-        x = x + _MIX
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    nodes = np.ascontiguousarray(np.broadcast_to(nodes, keys.shape), dtype=np.uint64)
+    return _mix_all(keys, nodes, np.uint64(seed & 0xFFFFFFFF))
 
 
 def key_of(name: str) -> int:
@@ -332,40 +347,12 @@ class ModelNetwork:
 
     def _walk(self, origin: np.ndarray, target: np.ndarray, keys: np.ndarray
               ) -> Tuple[np.ndarray, np.ndarray]:
-        n = len(keys)
-        hops: List[np.ndarray] = []            # per step: link ids (-1: none) per flow
-        hops.append(origin[:, 1].copy())
-        cur = origin[:, 0].copy()
-        goal = target[:, 0]
-        ok = (cur >= 0) & (goal >= 0)
-        dist_now = np.full(n, UNREACHABLE, dtype=np.int64)
-        dist_now[ok] = self.dist[cur[ok], goal[ok]]
-        dead = ~ok | (dist_now >= UNREACHABLE)
-        live = np.flatnonzero(~dead & (cur != goal))
-        count = len(self.routers)
-        while live.size:
-            u, g = cur[live], goal[live]
-            key = u * count + g
-            start = self.nh_ptr[key]
-            width = self.nh_ptr[key + 1] - start
-            pick = ecmp_hash(keys[live], u, self.ecmp_seed) % np.maximum(width, 1).astype(np.uint64)
-            chosen = self.nh_hop[start + pick.astype(np.int64)]
-            step1 = np.full(n, -1, dtype=np.int64)
-            step2 = np.full(n, -1, dtype=np.int64)
-            step1[live] = self.adj_link1[chosen]
-            step2[live] = self.adj_link2[chosen]
-            hops.append(step1)
-            hops.append(step2)
-            cur[live] = self.adj_nbr[chosen]
-            dist_now[live] -= 1
-            live = live[cur[live] != goal[live]]
-        last = np.where(dead, self.blackhole, target[:, 1])
-        hops.append(last)
-        table = np.stack(hops, axis=1)
-        keep = table >= 0
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(keep.sum(axis=1), out=indptr[1:])
-        return indptr, table[keep]
+        return _walk_paths(np.ascontiguousarray(origin, dtype=np.int64),
+                           np.ascontiguousarray(target, dtype=np.int64),
+                           np.ascontiguousarray(keys, dtype=np.uint64),
+                           self.dist, self.nh_ptr, self.nh_hop, self.adj_nbr,
+                           self.adj_link1, self.adj_link2,
+                           np.uint64(self.ecmp_seed & 0xFFFFFFFF), self.blackhole)
 
     def node_path(self, nodes: Sequence[str]) -> np.ndarray:
         """Link ids along an explicit node path (a planned KV path, a pin).
@@ -431,3 +418,51 @@ class ModelNetwork:
         if link == self.blackhole:
             return "blackhole"
         return f"{self.names[self.link_src[link]]}->{self.names[self.link_dst[link]]}"
+
+
+@njit(cache=True)
+def _walk_paths(origin, target, keys, dist, nh_ptr, nh_hop, adj_nbr, adj_link1, adj_link2,
+                seed, blackhole):
+    """Every flow's links, hop by hop: the link up from its host (if any), at
+    each router the next hop its hash picks among those one step closer, and
+    the link down to its host, or the blackhole when there is no path.
+    Compiled: the engine routes a few flows at almost every event."""
+    n = len(keys)
+    count = dist.shape[0]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    # A path is at most: up, two links per router hop, down (or the blackhole).
+    capacity = 0
+    for i in range(n):
+        cur, goal = origin[i, 0], target[i, 0]
+        if cur >= 0 and goal >= 0 and dist[cur, goal] < UNREACHABLE:
+            capacity += 2 + 2 * dist[cur, goal]
+        else:
+            capacity += 2
+    out = np.empty(capacity, dtype=np.int64)
+    used = 0
+    for i in range(n):
+        if origin[i, 1] >= 0:
+            out[used] = origin[i, 1]
+            used += 1
+        cur, goal = origin[i, 0], target[i, 0]
+        if cur < 0 or goal < 0 or dist[cur, goal] >= UNREACHABLE:
+            out[used] = blackhole
+            used += 1
+        else:
+            while cur != goal:
+                key = cur * count + goal
+                start = nh_ptr[key]
+                width = nh_ptr[key + 1] - start
+                pick = _mix(keys[i], np.uint64(cur), seed) % np.uint64(max(width, 1))
+                chosen = nh_hop[start + np.int64(pick)]
+                out[used] = adj_link1[chosen]
+                used += 1
+                if adj_link2[chosen] >= 0:
+                    out[used] = adj_link2[chosen]
+                    used += 1
+                cur = adj_nbr[chosen]
+            if target[i, 1] >= 0:
+                out[used] = target[i, 1]
+                used += 1
+        indptr[i + 1] = used
+    return indptr, out[:used]
