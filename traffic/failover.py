@@ -17,12 +17,21 @@ instead, in that order of preference:
 
 The NVLink hop itself is not emulated (it is far faster than a NIC port);
 what the emulation shows is the NIC the traffic now shares.
+
+A flow has two ends, and `FlowEnds` moves them together: where the port
+taking over sits in another network than the flow's other end (HPN: the
+other plane, and the planes never meet), the other end moves too, to its
+own GPU's port in that network, as a bonded dual-ToR NIC receives on the
+plane the sender uses.  Moving one end alone would leave the flow with no
+path at all.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Collection, Dict, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import networkx as nx
 
 from topologies.fabric import HOST, Fabric, FabricError
 
@@ -43,20 +52,21 @@ def failover_host(fabric: Fabric, host: str, failed: Collection[str]) -> Optiona
         raise FabricError(f"{host!r} is not a host of {fabric.name}")
     if host_switch(fabric, host) not in failed:
         return host
+    return next((h for h in stand_ins(fabric, host) if host_switch(fabric, h) not in failed),
+                None)
+
+
+def stand_ins(fabric: Fabric, host: str) -> List[str]:
+    """The other NIC ports that may carry ``host``'s traffic, best first: its
+    GPU's other ports (by port), then its server mates' (by GPU, port)."""
     nodes = fabric.graph.nodes
     gpu, server = nodes[host].get("gpu"), nodes[host].get("server")
-
-    def alive(candidate: str) -> bool:
-        return candidate != host and host_switch(fabric, candidate) not in failed
-
-    same_gpu = sorted((h for h in fabric.hosts if gpu is not None and nodes[h].get("gpu") == gpu
-                       and alive(h)), key=lambda h: nodes[h].get("nic_port", 0))
-    if same_gpu:
-        return same_gpu[0]
-    same_server = sorted((h for h in fabric.hosts if server is not None and
-                          nodes[h].get("server") == server and alive(h)),
+    same_gpu = sorted((h for h in fabric.hosts if h != host and gpu is not None
+                       and nodes[h].get("gpu") == gpu), key=lambda h: nodes[h].get("nic_port", 0))
+    same_server = sorted((h for h in fabric.hosts if h != host and server is not None and
+                          nodes[h].get("server") == server and nodes[h].get("gpu") != gpu),
                          key=lambda h: (nodes[h].get("gpu", 0), nodes[h].get("nic_port", 0)))
-    return same_server[0] if same_server else None
+    return same_gpu + same_server
 
 
 def failover_map(fabric: Fabric, failed: Collection[str]) -> Dict[str, Optional[str]]:
@@ -66,6 +76,55 @@ def failover_map(fabric: Fabric, failed: Collection[str]) -> Dict[str, Optional[
         raise FabricError(f"{unknown} are not switches of {fabric.name}")
     return {host: failover_host(fabric, host, failed) for host in fabric.hosts
             if host_switch(fabric, host) in failed}
+
+
+def networks(fabric: Fabric) -> Dict[str, int]:
+    """Each host's network: the connected part of the switches its switch is
+    in (hosts never forward here).  HPN's two planes are two networks; most
+    fabrics are one."""
+    part: Dict[str, int] = {}
+    for index, switches in enumerate(nx.connected_components(
+            fabric.graph.subgraph(fabric.switches))):
+        part.update(dict.fromkeys(switches, index))
+    return {host: part[host_switch(fabric, host)] for host in fabric.hosts}
+
+
+class FlowEnds:
+    """The hosts that carry a flow once the hosts in ``moves`` (`failover_map`)
+    failed over: ``ends(src, dst)`` -> (src, dst), None for an end cut off.
+
+    Each end behind a failed switch moves to its port taking over.  If that
+    port is in another network than the other end (HPN: the GPU's port in the
+    other plane, and the planes never meet), the other end follows into that
+    network: its GPU's port there (`stand_ins`, alive), as a bonded NIC takes
+    a flow on the plane it arrives on; None if it has none.  The testbed's
+    failure event and the model's both move flows with it, so that both send
+    a moved flow between the same two ports.
+    """
+
+    def __init__(self, fabric: Fabric, moves: Mapping[str, Optional[str]]):
+        self.fabric = fabric
+        self.moves = dict(moves)
+        self.network = networks(fabric)
+        self._stand_ins: Dict[str, List[str]] = {}
+
+    def __call__(self, src: str, dst: str) -> Tuple[Optional[str], Optional[str]]:
+        new_src, new_dst = self.moves.get(src, src), self.moves.get(dst, dst)
+        if new_src is None or new_dst is None or \
+                self.network[new_src] == self.network[new_dst]:
+            return new_src, new_dst
+        if new_src == src and new_dst != dst:
+            return self._port_in(src, self.network[new_dst]), new_dst     # the source follows
+        if new_src != src:
+            return new_src, self._port_in(dst, self.network[new_src])     # the destination does
+        return new_src, new_dst       # neither end moved: the flow is not the failure's
+
+    def _port_in(self, host: str, network: int) -> Optional[str]:
+        """``host``'s stand-in in ``network`` whose switch is alive (not moved)."""
+        if host not in self._stand_ins:
+            self._stand_ins[host] = stand_ins(self.fabric, host)
+        return next((h for h in self._stand_ins[host]
+                     if self.network[h] == network and h not in self.moves), None)
 
 
 def busiest_tor(fabric: Fabric, flows: Sequence[Tuple[str, str, int]]) -> str:

@@ -277,10 +277,11 @@ class ToRFailure:
         takes over; a running one is resent in full from there, and first: it
         is due again at once, the others keep their due times."""
         flows = sorted(replayer.flows.items(), key=lambda item: not replayer.started(item[0]))
+        ends = failover.FlowEnds(self.bed.fabric, self.moves)   # the model's rule as well
         for fid, flow in flows:
             if flow.src not in self.moves and flow.dst not in self.moves:
                 continue
-            src, dst = self.moves.get(flow.src, flow.src), self.moves.get(flow.dst, flow.dst)
+            src, dst = ends(flow.src, flow.dst)
             if src is None or dst is None:
                 self.stranded.append(fid)   # a GPU cut off: the flow will time out
                 continue
@@ -354,6 +355,13 @@ def run(ctx: Context) -> Outcome:
             repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail, 1,
                                        outcome, windows_out, requests_out))
         else:
+            # The ports moved flows will use, each with an agent from the start:
+            # the ports taking over, and those the other ends follow to (HPN:
+            # the same plane).
+            ends = failover.FlowEnds(fabric, moves)
+            takeover = sorted({h for h in moves.values() if h} |
+                              {h for f in dag.flows if f.src in moves or f.dst in moves
+                               for h in ends(f.src, f.dst) if h})
             with ctx.testbeds.open(name, fabric, scale, lock_wait_s=s["lock_wait_s"]) as bed:
                 for repeat in range(1, s["repeats"] + 1):
                     runs, folder = {}, ctx.run_dir / name / f"repeat{repeat}"
@@ -367,7 +375,7 @@ def run(ctx: Context) -> Outcome:
                         bed, planned, serving, s["d_credits"], folder / "failure",
                         progress=ctx.progress(f"{name} #{repeat} failure KV flows"),
                         record_flows=ctx.testbeds.record_flows, events=[(t_fail, event)],
-                        agent_hosts=sorted(h for h in moves.values() if h))
+                        agent_hosts=takeover)
                     event.finish()
                     bed.fail_switch(switch, up=True)     # the next repeat starts healthy
                     repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,

@@ -32,6 +32,37 @@ def test_hpn_gpu_moves_to_the_other_plane():
         assert attrs(fabric, new)["nic_port"] != attrs(fabric, host)["nic_port"]
 
 
+def test_hpn_flow_ends_move_together_into_one_plane():
+    """A flow with one end behind the failed ToR: that end takes its GPU's port
+    in the other plane, and the other end follows to its own port there (the
+    planes never meet); ends both behind it, or on one network, move alone."""
+    fabric = registry.build("hpn,gpus=64,gpus_per_server=2,radix=8")
+    nodes = fabric.graph.nodes
+    port = {(nodes[h]["gpu"], nodes[h]["nic_port"]): h for h in fabric.hosts}
+    assert failover.networks(fabric)[port[0, 0]] != failover.networks(fabric)[port[0, 1]]
+    tor = failover.host_switch(fabric, port[0, 0])      # plane 0, rail 0, segment 0
+    moves = failover.failover_map(fabric, [tor])
+    ends = failover.FlowEnds(fabric, moves)
+    assert ends(port[0, 0], port[62, 0]) == (port[0, 1], port[62, 1]), "the D follows"
+    assert ends(port[62, 0], port[0, 0]) == (port[62, 1], port[0, 1]), "the P follows"
+    assert ends(port[0, 0], port[2, 0]) == (port[0, 1], port[2, 1]), "both behind the ToR"
+    assert ends(port[0, 1], port[62, 1]) == (port[0, 1], port[62, 1]), "plane 1: untouched"
+    assert ends(port[0, 0], port[62, 0]) == (moves[port[0, 0]], port[62, 1])
+    cut = failover.FlowEnds(fabric, dict(moves, **{port[0, 0]: None}))
+    assert cut(port[0, 0], port[62, 0]) == (None, port[62, 0]), "a cut-off end stays cut off"
+
+
+def test_zcube_flow_ends_move_on_their_own_in_one_network():
+    fabric = registry.build("zcube,n=4,gpus_per_server=2")
+    assert len(set(failover.networks(fabric).values())) == 1
+    a0 = failover.host_switch(fabric, fabric.hosts[0])
+    moves = failover.failover_map(fabric, [a0])
+    ends = failover.FlowEnds(fabric, moves)
+    other = next(h for h in fabric.hosts if h not in moves)
+    for host, new in moves.items():
+        assert ends(host, other) == (new, other) and ends(other, host) == (other, new)
+
+
 def test_roft_gpu_borrows_a_server_mate_nic_over_nvlink():
     fabric = registry.build("roft,gpus=16,radix=8,gpus_per_server=2")
     leaf = failover.tor_switches(fabric)[0]

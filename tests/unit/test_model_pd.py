@@ -282,6 +282,34 @@ def test_throughput_after_a_failure_is_lower_than_without(name):
     assert before[0]["ttft_p50_s"] <= before[1]["ttft_p50_s"] + 1e-9
 
 
+#: Four HPN segments: a rail's ToR in a plane serves a quarter of the GPUs on
+#: it, so a KV flow may have one end behind a failed ToR and the other not.
+HPN_SEGMENTS = "hpn,gpus=64,gpus_per_server=2,radix=8"
+
+
+def test_hpn_flow_with_one_end_behind_a_failed_tor_is_served_in_the_other_plane():
+    """HPN's planes never meet: a KV flow whose P (or D) port fails over to the
+    GPU's port in the other plane goes to the other end's port in that plane
+    too, as the bonded NIC receives it, instead of waiting on the blackhole
+    between the planes until it times out."""
+    fabric, _, planned = _plan(HPN_SEGMENTS, FAILURE_SETTINGS, ms=1.0)
+    failure = NodeFailure.tor(fabric, planned, len(planned) // 2)
+    moves = failure.moves
+    one_end = [f for x in planned for f in x.transfer.dag.flows
+               if f.at_s > failure.at_s and (f.src in moves) != (f.dst in moves)]
+    assert one_end, "a flow due after the failure with one end behind the ToR"
+    _, served = _serve(fabric, planned, failure=failure)
+    assert not failure.stranded
+    results = {f.id: f for f in served.results}
+    plane = {h: fabric.graph.nodes[h]["nic_port"] for h in fabric.hosts}
+    for flow in one_end:
+        carried = results.get(f"{flow.id}~m1", results[flow.id])
+        assert carried.status == "ok", (flow, carried)
+        assert carried.src not in moves and carried.dst not in moves
+        assert plane[carried.src] == plane[carried.dst] != plane[flow.src]
+    assert served.summary["served_count"] == len(planned)
+
+
 def test_a_gpu_cut_off_times_out_and_frees_its_credit():
     fabric, _, planned = _plan()
     _, healthy = _serve(fabric, planned)

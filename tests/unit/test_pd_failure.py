@@ -10,6 +10,8 @@ import pytest
 
 from emu.experiments import pd_failure as pf
 from emu import scenario as scenarios
+from topologies import registry
+from traffic import failover
 
 
 def _row(arrival, ttft, kv=0.5, served=True):
@@ -74,7 +76,9 @@ def test_check_refuses_bad_fabrics_switches_and_failure_points(tmp_path):
 class _Bed:
     """Takes links down at once; the controller's notice comes when ``seen`` is set."""
 
-    def __init__(self, error=None):
+    def __init__(self, error=None, fabric=None):
+        # One network (ZCube's switches all meet): each end moves on its own.
+        self.fabric = fabric or registry.build("zcube,n=4,gpus_per_server=2")
         self.changed = []
         self.seen = threading.Event()
         self.error = error
@@ -145,6 +149,26 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     assert event.moved == ["a"], "only a running flow is resent; a finished one stays"
     assert event.rehosted == ["g", "h"], "a flow not started yet starts from the new port"
     assert event.stranded == ["d"], "a GPU with no surviving port strands its flows"
+
+
+def test_failure_event_on_hpn_moves_the_other_end_into_the_same_plane():
+    """HPN's planes are two networks: a flow whose source fails over to the
+    other plane is sent to its destination GPU's port in that plane."""
+    fabric = registry.build("hpn,gpus=64,gpus_per_server=2,radix=8")
+    nodes = fabric.graph.nodes
+    port = {(nodes[h]["gpu"], nodes[h]["nic_port"]): h for h in fabric.hosts}
+    src, dst = port[0, 0], port[62, 0]                  # rail 0, segments 0 and 3, plane 0
+    tor = failover.host_switch(fabric, src)
+    assert failover.host_switch(fabric, dst) != tor
+    bed = _Bed(fabric=fabric)
+    event = pf.ToRFailure(bed, tor, failover.failover_map(fabric, [tor]))
+    replayer = _Replayer([SimpleNamespace(id="a", src=src, dst=dst)])
+    event(replayer)
+    bed.seen.set()
+    replayer.run_posted()
+    event.finish()
+    assert replayer.calls == [("a", port[0, 1], port[62, 1])], "both ends on plane 1"
+    assert event.moved == ["a"] and not event.stranded
 
 
 def test_failure_event_hands_a_controller_error_to_the_loop_and_to_finish():

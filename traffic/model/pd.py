@@ -117,7 +117,8 @@ ModelFlowResult = FlowResult
 class NodeFailure:
     """A switch fails at ``at_s`` (all its links down at once); ``notice_s``
     later (None: the calibration's) the flows with an end behind it move as
-    ``moves`` says (`traffic.failover.failover_map`): a started one is
+    ``moves`` says (`traffic.failover.failover_map`), both ends together
+    (`traffic.failover.FlowEnds`, as the testbed's event): a started one is
     cancelled and resent in full from the new port, due at once; an armed one
     (due within ``arm_ahead_s``, or waiting at the gate) gets a new id and
     keeps its due time; any other simply changes hosts.  With ``restore`` the
@@ -380,13 +381,16 @@ class _Run:
         """`ToRFailure.move_flows`: started flows first, then the others, each
         flow with an end behind the failed switch to the port taking over."""
         moves, failure, now = self.failure.moves, self.failure, sim.now
+        # Both ends move together: an end alone on the other plane of HPN
+        # would leave the flow no path (the blackhole) until it timed out.
+        ends = failover.FlowEnds(self.net.fabric, moves)
         affected = [fid for fid, f in self.flows.items()
                     if fid not in self.done and (f.src in moves or f.dst in moves)]
         affected.sort(key=lambda fid: fid not in self.fired)          # stable
         again: List[str] = []
         for fid in affected:
             flow = self.flows[fid]
-            src, dst = moves.get(flow.src, flow.src), moves.get(flow.dst, flow.dst)
+            src, dst = ends(flow.src, flow.dst)
             if src is None or dst is None or src == dst:
                 if src is None or dst is None:
                     failure.stranded.append(fid)
