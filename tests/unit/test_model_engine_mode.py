@@ -183,6 +183,21 @@ def test_tiny_rfabric_scale_run(tmp_path, monkeypatch):
     assert (_run_dir(tmp_path) / "phase_flows.csv").is_file()
 
 
+def test_rfabric_scale_in_two_processes_gives_the_rows_of_one(tmp_path, monkeypatch):
+    """The fabrics are modelled in forked processes (``jobs``); the figures do
+    not depend on how many: the same rows, in the same order, as in one."""
+    _nonroot(monkeypatch)
+    rows = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        out.mkdir()
+        assert _main(["rfabric-scale"] + TINY + ["--set", f"jobs={jobs}"], out) == 0
+        rows[jobs] = [{k: v for k, v in row.items() if k != "model_wall_s"}
+                      for row in _result(out)["metrics"]["figure6"]]
+    assert [row["fabric"] for row in rows[1]] == ["clos", "fattree-os"]
+    assert rows[2] == rows[1]
+
+
 def test_rfabric_scale_refuses_a_gpu_count_rfabric_cannot_build(tmp_path, capsys):
     from emu.experiments import rfabric_scale
     settings = {k: f.default for k, f in rfabric_scale.FIELDS.items()}
