@@ -19,7 +19,10 @@ splits by TP rank.  The failure takes the busiest ToR (`failover.busiest_tor`)
 down for the whole failed iteration (the steady state after the controller
 rerouted): its links have no capacity, routes avoid it, and every NIC port
 behind it hands its flows to the port `traffic.failover` names (the GPU's
-other port on ZCube and HPN, a server mate's NIC over NVLink on ROFT).
+other port on ZCube and HPN, a server mate's NIC over NVLink on ROFT).  A
+flow's two ends move together (`failover.FlowEnds`, as in pd-failure): on
+HPN, whose planes never meet, the other end of a flow between segments
+follows to its own GPU's port in the plane taking over.
 Reported per fabric: iteration time healthy and failed (real seconds) and
 the throughput degradation 1 - healthy / failed, next to the text's.
 """
@@ -147,10 +150,17 @@ def model_fabric(name: str, settings, cal, log) -> dict:
     if stranded:
         raise ValueError(f"{name}: {len(stranded)} NIC ports behind {switch} have no "
                          f"failover port ({stranded[:3]} ...)")
-    failed_dag = FlowDag([f if f.src not in moves and f.dst not in moves else
-                          dataclasses.replace(f, src=moves.get(f.src, f.src),
-                                              dst=moves.get(f.dst, f.dst))
-                          for f in dag.flows])
+    # Both ends of a flow move together (as pd-failure's): an end alone on
+    # the other plane of HPN would leave the flow no path (the blackhole).
+    ends = failover.FlowEnds(fabric, moves)
+    moved = {f.id: ends(f.src, f.dst) for f in dag.flows if f.src in moves or f.dst in moves}
+    cut = sorted(fid for fid, (src, dst) in moved.items() if src is None or dst is None)
+    if cut:
+        raise ValueError(f"{name}: {len(cut)} flows with an end behind {switch} are cut off: "
+                         f"an end has no port in the network the other fails over to "
+                         f"({cut[:3]} ...)")
+    failed_dag = FlowDag([dataclasses.replace(f, src=moved[f.id][0], dst=moved[f.id][1])
+                          if f.id in moved else f for f in dag.flows])
     net = ModelNetwork(fabric, lambda g: g * 1e9)
     net.fail_node(switch)
     failed = _iteration_s(replay_dag(fabric, failed_dag, lambda g: g * 1e9, cal, net=net,
