@@ -93,13 +93,23 @@ class FlowEnds:
     """The hosts that carry a flow once the hosts in ``moves`` (`failover_map`)
     failed over: ``ends(src, dst)`` -> (src, dst), None for an end cut off.
 
-    Each end behind a failed switch moves to its port taking over.  If that
-    port is in another network than the other end (HPN: the GPU's port in the
-    other plane, and the planes never meet), the other end follows into that
-    network: its GPU's port there (`stand_ins`, alive), as a bonded NIC takes
-    a flow on the plane it arrives on; None if it has none.  The testbed's
-    failure event and the model's both move flows with it, so that both send
-    a moved flow between the same two ports.
+    Each end behind a failed switch moves to its port taking over.  When one
+    end moved, the other end keeps its port if that is alive, in the moved
+    end's network and on the moved end's switch or a neighbour of it; else it
+    takes the first of its GPU's ports that is:
+
+    * HPN: the planes never meet, so the other end follows into the plane
+      taking over (its GPU's port there), as a bonded NIC takes a flow on
+      the plane it arrives on;
+    * ZCube: a flow from port 0 to a peer's port 1 (one A-B link) whose port
+      0 failed goes from port 1 to the peer's port 0, ZCube's other path,
+      not port 1 to port 1 across three switches over hashed links;
+    * one port per GPU (ROFT's server mate's NIC): the other end stays.
+
+    Only if its GPU has no such port does it fall back to a server mate's
+    port in that network (`stand_ins`), else it is cut off (None).  The
+    testbed's failure event and the model's both move flows with it, so that
+    both send a moved flow between the same two ports.
     """
 
     def __init__(self, fabric: Fabric, moves: Mapping[str, Optional[str]]):
@@ -110,21 +120,34 @@ class FlowEnds:
 
     def __call__(self, src: str, dst: str) -> Tuple[Optional[str], Optional[str]]:
         new_src, new_dst = self.moves.get(src, src), self.moves.get(dst, dst)
-        if new_src is None or new_dst is None or \
-                self.network[new_src] == self.network[new_dst]:
+        if new_src is None or new_dst is None:
             return new_src, new_dst
-        if new_src == src and new_dst != dst:
-            return self._port_in(src, self.network[new_dst]), new_dst     # the source follows
-        if new_src != src:
-            return new_src, self._port_in(dst, self.network[new_src])     # the destination does
-        return new_src, new_dst       # neither end moved: the flow is not the failure's
+        if new_src != src and new_dst == dst:
+            return new_src, self._nearest(dst, new_src)       # the destination follows
+        if new_dst != dst and new_src == src:
+            return self._nearest(src, new_dst), new_dst       # the source does
+        return new_src, new_dst
 
-    def _port_in(self, host: str, network: int) -> Optional[str]:
-        """``host``'s stand-in in ``network`` whose switch is alive (not moved)."""
+    def _nearest(self, host: str, to: str) -> Optional[str]:
+        """The port for ``host``'s end of a flow whose other end moved to ``to``."""
         if host not in self._stand_ins:
             self._stand_ins[host] = stand_ins(self.fabric, host)
-        return next((h for h in self._stand_ins[host]
-                     if self.network[h] == network and h not in self.moves), None)
+        nodes = self.fabric.graph.nodes
+        gpu = nodes[host].get("gpu")
+        near = host_switch(self.fabric, to)
+        best, best_key = None, None
+        for order, candidate in enumerate([host] + self._stand_ins[host]):
+            if candidate in self.moves or self.network[candidate] != self.network[to]:
+                continue
+            switch = host_switch(self.fabric, candidate)
+            hops = 0 if switch == near else 1 if self.fabric.graph.has_edge(switch, near) else 2
+            mate = gpu is None or nodes[candidate].get("gpu") != gpu
+            # Its own port while that is at most one link from the moved end's
+            # switch; a farther one only for a port that is.
+            key = (mate, hops > 1, order)
+            if best_key is None or key < best_key:
+                best, best_key = candidate, key
+        return best
 
 
 def busiest_tor(fabric: Fabric, flows: Sequence[Tuple[str, str, int]]) -> str:

@@ -14,8 +14,12 @@ server) runs a DP ring all-reduce over ``dp`` servers, and every group of
               -> all-to-all (EP, per rail, ``ep_bytes`` per pair)
 
 A GPU with several NIC ports (ZCube's two layers, HPN's two planes) sends
-on port ``local rank mod ports`` to the same port of its peer, as the text
-splits by TP rank.  The failure takes the busiest ToR (`failover.busiest_tor`)
+on port ``local rank mod ports``, as the text splits by TP rank.  On HPN it
+sends to the same port of its peer (the planes never meet); on ZCube to the
+peer's *other* port, which is one of ZCube's own two paths (port 0 -> A ->
+B -> port 1, or port 1 -> B -> A -> port 0: one fixed A-B link a pair).
+Same port to same port there would take B -> A -> B, three switches, and
+collide on the hashed A-B links (the ring ran 2.7x slower).  The failure takes the busiest ToR (`failover.busiest_tor`)
 down for the whole failed iteration (the steady state after the controller
 rerouted): its links have no capacity, routes avoid it, and every NIC port
 behind it hands its flows to the port `traffic.failover` names (the GPU's
@@ -103,14 +107,19 @@ def gpu_ports(fabric) -> Dict[int, Tuple[str, ...]]:
         raise ValueError(f"{fabric.name}: {exc}") from None
 
 
-def workload(ports: Dict[int, Tuple[str, ...]], settings, scale_bytes=1.0) -> FlowDag:
-    """The iteration's DAG on the fabric's hosts: DP rings, then EP all-to-alls."""
+def workload(ports: Dict[int, Tuple[str, ...]], settings, scale_bytes=1.0,
+             other_port: bool = False) -> FlowDag:
+    """The iteration's DAG on the fabric's hosts: DP rings, then EP all-to-alls.
+    With ``other_port`` (ZCube) a flow goes to its peer's other NIC port."""
     gpus = sorted(ports)
     servers = len(gpus) // GPUS_PER_SERVER
+    gpu_of = {nic: gpu for gpu, nics in ports.items() for nic in nics}
+
+    def port(gpu: int) -> int:
+        return (gpu % GPUS_PER_SERVER) % len(ports[gpu])
 
     def host(gpu: int) -> str:
-        nics = ports[gpu]
-        return nics[(gpu % GPUS_PER_SERVER) % len(nics)]
+        return ports[gpu][port(gpu)]
 
     dags: List[FlowDag] = []
     for rail in range(GPUS_PER_SERVER):
@@ -124,7 +133,16 @@ def workload(ports: Dict[int, Tuple[str, ...]], settings, scale_bytes=1.0) -> Fl
             group = [host(s * GPUS_PER_SERVER + rail) for s in range(first, first + settings["ep"])]
             dags.append(coll.all_to_all(group, int(settings["ep_bytes"]),
                                         f"ep-r{rail}-s{first}", start_after=sinks))
-    return FlowDag.merge(*dags)
+    dag = FlowDag.merge(*dags)
+    if not other_port:
+        return dag
+
+    def receiving(nic: str) -> str:
+        gpu = gpu_of[nic]
+        return ports[gpu][(port(gpu) + 1) % len(ports[gpu])]
+
+    # Ids and dependencies unchanged: the merged DAG's order still holds.
+    return FlowDag([f._replace(dst=receiving(f.dst)) for f in dag.flows])
 
 
 def _iteration_s(results) -> float:
@@ -138,7 +156,7 @@ def model_fabric(name: str, settings, cal, log) -> dict:
     spec = fabric_spec(name, settings)
     fabric = registry.build(spec)
     ports = gpu_ports(fabric)
-    dag = workload(ports, settings)
+    dag = workload(ports, settings, other_port=fabric.name == "zcube")
     started = time.time()
     healthy = _iteration_s(replay_dag(fabric, dag, lambda g: g * 1e9, cal,
                                       coalesce=settings["coalesce"]))

@@ -52,15 +52,32 @@ def test_hpn_flow_ends_move_together_into_one_plane():
     assert cut(port[0, 0], port[62, 0]) == (None, port[62, 0]), "a cut-off end stays cut off"
 
 
-def test_zcube_flow_ends_move_on_their_own_in_one_network():
+def test_zcube_flow_keeps_its_pairing_of_ports_and_takes_the_other_path():
+    """ZCube pairs a GPU's port 0 with its peer's port 1 (one A-B link).  When
+    the A switch fails, the moved end takes port 1 and the other end port 0:
+    ZCube's other path, not port 1 to port 1 across three switches."""
     fabric = registry.build("zcube,n=4,gpus_per_server=2")
     assert len(set(failover.networks(fabric).values())) == 1
-    a0 = failover.host_switch(fabric, fabric.hosts[0])
+    nodes = fabric.graph.nodes
+    port = {(nodes[h]["gpu"], nodes[h]["nic_port"]): h for h in fabric.hosts}
+    a0 = failover.host_switch(fabric, port[0, 0])
     moves = failover.failover_map(fabric, [a0])
     ends = failover.FlowEnds(fabric, moves)
-    other = next(h for h in fabric.hosts if h not in moves)
-    for host, new in moves.items():
-        assert ends(host, other) == (new, other) and ends(other, host) == (other, new)
+    switch = {h: failover.host_switch(fabric, h) for h in fabric.hosts}
+    assert moves[port[0, 0]] == port[0, 1]
+    b0 = switch[port[0, 1]]
+    # A peer whose port 1 hangs off another B switch than GPU 0's port 1.
+    peer = next(g for g in range(16) if port[g, 0] not in moves and switch[port[g, 1]] != b0)
+    assert ends(port[0, 0], port[peer, 1]) == (port[0, 1], port[peer, 0]), "the other path"
+    assert ends(port[peer, 1], port[0, 0]) == (port[peer, 0], port[0, 1]), "either way"
+    assert ends(port[0, 0], port[peer, 0]) == (port[0, 1], port[peer, 0]), \
+        "port 0 is one link from the B switch: it stays"
+    near = next(g for g in range(16) if port[g, 0] not in moves and switch[port[g, 1]] == b0)
+    assert ends(port[0, 0], port[near, 1]) == (port[0, 1], port[near, 1]), "on that B switch"
+    # The other end's port 0 behind the failed switch too: nothing nearer, it stays.
+    behind = next(g for g in range(1, 16) if port[g, 0] in moves
+                  and switch[port[g, 1]] != b0)
+    assert ends(port[behind, 1], port[0, 0]) == (port[behind, 1], port[0, 1])
 
 
 def test_roft_gpu_borrows_a_server_mate_nic_over_nvlink():

@@ -1,9 +1,13 @@
 """failure-scale on the flow-level model, at a small scale."""
 
+import pytest
+
 from emu.experiments import failure_scale as fs
 from topologies import registry
 from traffic import failover
+from traffic.flows import FlowDag
 from traffic.model import calibration
+from traffic.model.dag import replay_dag
 
 #: HPN with two segments of 16 servers (radix 16), the second half full: a
 #: DP ring (and an EP group) of 3 servers, 15-16-17, spans both, so a ToR of
@@ -33,3 +37,31 @@ def test_hpn_flow_between_segments_with_one_end_behind_the_failed_tor_finishes()
     assert 0 < row["iteration_healthy_s"] <= row["iteration_failed_s"] + 1e-12
     assert 0 <= row["throughput_degradation_pct"] < 100
     assert len(logged) == 1 and "hpn" in logged[0]
+
+
+#: ZCube(16, 2) at 256 GPUs: 32 servers, DP rings of 8 servers and EP groups
+#: of 4 on every rail.
+SMALL_ZCUBE = dict(gpus=256, fabrics=["zcube"], dp=8, ep=4, dp_bytes=1e8, ep_bytes=1e6,
+                   radix=64, failed_switch="auto", coalesce=0.0)
+
+
+def test_zcube_flows_take_zcubes_own_paths_and_run_at_the_port_rate():
+    """On ZCube a GPU sends on port (local rank mod 2) to its peer's other
+    port: one A-B link a pair (ZCube's two paths), so no two ring flows share
+    a link and the DP ring runs at the port's rate, as on HPN.  Same port to
+    same port took B -> A -> B over hashed links and collided."""
+    fabric = registry.build(fs.fabric_spec("zcube", SMALL_ZCUBE))
+    ports = fs.gpu_ports(fabric)
+    dag = fs.workload(ports, SMALL_ZCUBE, other_port=True)
+    port_of = {nic: i for nics in ports.values() for i, nic in enumerate(nics)}
+    assert all(port_of[f.src] != port_of[f.dst] for f in dag.flows)
+    cal = calibration.IDEAL
+    rings = FlowDag([f for f in dag.flows if f.group.startswith("dp")])
+    results = replay_dag(fabric, rings, lambda g: g * 1e9, cal)
+    gbps = next(iter(fabric.graph.edges(fabric.hosts[0], data=True)))[2]["gbps"]
+    steps = 2 * (SMALL_ZCUBE["dp"] - 1)
+    ideal = steps * SMALL_ZCUBE["dp_bytes"] * 8 / (gbps * 1e9)
+    assert max(r.end for r in results) == pytest.approx(ideal, rel=1e-6)
+    same_port = FlowDag([f for f in fs.workload(ports, SMALL_ZCUBE).flows
+                            if f.group.startswith("dp")])
+    assert max(r.end for r in replay_dag(fabric, same_port, lambda g: g * 1e9, cal)) > ideal

@@ -77,7 +77,7 @@ class _Bed:
     """Takes links down at once; the controller's notice comes when ``seen`` is set."""
 
     def __init__(self, error=None, fabric=None):
-        # One network (ZCube's switches all meet): each end moves on its own.
+        # One network (ZCube's switches all meet).
         self.fabric = fabric or registry.build("zcube,n=4,gpus_per_server=2")
         self.changed = []
         self.seen = threading.Event()
@@ -143,7 +143,9 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     replayer.run_posted()
     event.finish()
     assert event.noticed_s == 0.05
-    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h8"),
+    # g: h8 (port 1, a B switch) is two switches from h2's B switch; its GPU's
+    # port 0, h7, is one link away (ZCube's other path; alive in this map).
+    assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h7"),
                               ("h", "h2", "h3")], \
         "flows that started move first (a running one is due again at once), then plan order"
     assert event.moved == ["a"], "only a running flow is resent; a finished one stays"
