@@ -18,12 +18,10 @@ instead, in that order of preference:
 The NVLink hop itself is not emulated (it is far faster than a NIC port);
 what the emulation shows is the NIC the traffic now shares.
 
-A flow has two ends, and `FlowEnds` moves them together: where the port
-taking over sits in another network than the flow's other end (HPN: the
-other plane, and the planes never meet), the other end moves too, to its
-own GPU's port in that network, as a bonded dual-ToR NIC receives on the
-plane the sender uses.  Moving one end alone would leave the flow with no
-path at all.
+A flow has two ends, and `FlowEnds` moves the other end where the moved
+one needs it: into the same network (HPN's planes never meet, so an end
+moved alone would leave the flow no path), and to a port one link from the
+moved end's switch where its own is farther (ZCube's other path).
 """
 
 from __future__ import annotations

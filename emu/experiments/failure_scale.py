@@ -19,14 +19,16 @@ sends to the same port of its peer (the planes never meet); on ZCube to the
 peer's *other* port, which is one of ZCube's own two paths (port 0 -> A ->
 B -> port 1, or port 1 -> B -> A -> port 0: one fixed A-B link a pair).
 Same port to same port there would take B -> A -> B, three switches, and
-collide on the hashed A-B links (the ring ran 2.7x slower).  The failure takes the busiest ToR (`failover.busiest_tor`)
-down for the whole failed iteration (the steady state after the controller
-rerouted): its links have no capacity, routes avoid it, and every NIC port
+collide on the hashed A-B links (the ring ran 2.7x slower).
+
+The failure takes the busiest ToR (`failover.busiest_tor`) down for the
+whole failed iteration (the steady state after the controller rerouted):
+its links have no capacity, routes avoid it, and every NIC port
 behind it hands its flows to the port `traffic.failover` names (the GPU's
 other port on ZCube and HPN, a server mate's NIC over NVLink on ROFT).  A
-flow's two ends move together (`failover.FlowEnds`, as in pd-failure): on
-HPN, whose planes never meet, the other end of a flow between segments
-follows to its own GPU's port in the plane taking over.
+flow's other end follows where it must (`failover.FlowEnds`, as in
+pd-failure): on HPN, whose planes never meet, to its GPU's port in the
+plane taking over; on ZCube to its port one A-B link away.
 Reported per fabric: iteration time healthy and failed (real seconds) and
 the throughput degradation 1 - healthy / failed, next to the text's.
 """

@@ -347,6 +347,16 @@ def cost_rows(names, normalized: Dict[str, Optional[float]], gpus: int, radix: i
 
 
 # ---------------------------------------------------------------- the run
+def _fabric_run_parts(spec: str, cfg, scale, settings):
+    """What one fabric's iterations need, emulated or modelled: the fabric,
+    its phase schedule, and on RFabric its control proxy (None elsewhere)."""
+    fabric = registry.build(spec)
+    sched = schedule_for(cfg, fabric.hosts, scale, settings["max_ops"])
+    proxy = (ControlProxy(fabric, mode=settings["mode"], tdf=scale.tdf)
+             if fabric.name == "rfabric" else None)
+    return fabric, sched, proxy
+
+
 def run(ctx: Context) -> Outcome:
     s = ctx.settings
     specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"], s["preset"])
@@ -356,10 +366,7 @@ def run(ctx: Context) -> Outcome:
     records: List[FabricRecord] = []
     flows = []
     for name in s["fabrics"]:
-        fabric = registry.build(specs[name])
-        sched = schedule_for(cfg, fabric.hosts, scale, s["max_ops"])
-        proxy = (ControlProxy(fabric, mode=s["mode"], tdf=scale.tdf)
-                 if fabric.name == "rfabric" else None)
+        fabric, sched, proxy = _fabric_run_parts(specs[name], cfg, scale, s)
         ctx.log(f"  {name} ({specs[name]}): {len(sched.phases)} phases "
                 f"({', '.join(sched.names())}), planned {sched.iteration_s:.1f} s per iteration"
                 + (f", proxy {s['mode']}, {s['preset']}" if proxy else ""))
@@ -417,10 +424,7 @@ def model_run(ctx: Context) -> Outcome:
     records: List[FabricRecord] = []
     flows = []
     for name in s["fabrics"]:
-        fabric = registry.build(specs[name])
-        sched = schedule_for(cfg, fabric.hosts, scale, s["max_ops"])
-        proxy = (ControlProxy(fabric, mode=s["mode"], tdf=scale.tdf)
-                 if fabric.name == "rfabric" else None)
+        fabric, sched, proxy = _fabric_run_parts(specs[name], cfg, scale, s)
         ctx.log(f"  {name} ({specs[name]}): {len(sched.phases)} phases, modelled")
         runner = ModelIterationRunner(fabric, sched, lambda g: scale.emu_mbps(g) * 1e6, cal,
                                       optimizer_s=scale.emu_seconds(cfg.compute.optimizer_s),

@@ -393,24 +393,26 @@ def _edge_and_agg(fabric):
     return edge, agg
 
 
-def test_restore_node_keeps_its_failed_links_out_of_routes():
+def _edge_restored_with_a_failed_link():
+    """A k=4 fat-tree whose edge switch failed and came back while one of its
+    links stayed down: (fabric, net, edge, agg, the down link's ids)."""
     fabric = registry.build("fattree,k=4")
     net = ModelNetwork(fabric)
     edge, agg = _edge_and_agg(fabric)
     down = net.fail_link(edge, agg)
     net.fail_node(edge)
     net.restore_node(edge)
+    return fabric, net, edge, agg, down
+
+
+def test_restore_node_keeps_its_failed_links_out_of_routes():
+    fabric, net, _, _, down = _edge_restored_with_a_failed_link()
     pairs = list(itertools.permutations(fabric.hosts, 2))
     for links in _snapshot(net, pairs):
         assert not set(links) & set(down)
 
 
 def test_restore_node_keeps_a_failed_link_down():
-    fabric = registry.build("fattree,k=4")
-    net = ModelNetwork(fabric)
-    edge, agg = _edge_and_agg(fabric)
-    down = net.fail_link(edge, agg)
-    net.fail_node(edge)
-    net.restore_node(edge)
+    _, net, edge, agg, down = _edge_restored_with_a_failed_link()
     assert all(net.capacity_bps[l] == 0 for l in down)
     assert net.node_path([edge, agg]).tolist() == [net.blackhole]
