@@ -14,31 +14,54 @@ train-pod-mesh      Train PoDs' agg OCS: the round-robin ToR mesh       (b)
                     across servers, PP, CP, EP); if the phase's
                     traffic crosses PoDs (a pipeline over two Train
                     PoDs), also the inter-pod-mesh core
-inter-pod-mesh      core planes: Train PoDs meshed on planes 0..c-2,    (a), (c)
-                    plane c-1 gives each Gen PoD one circuit to a
-                    Train ToR (rfabric's ``isolated`` core); and the
-                    Train agg meshes (DP is ToR-Agg-Core, Table 1)
-response-share      the same core: the Gen PoDs' small share (one       (c)
-                    400G circuit = 0.4 Tb/s) streams responses; and
+inter-pod-mesh      Train agg OCS and core planes 0..c-2, sized to      (a)
+                    what the phase's flows can fill (the DP ring's
+                    neighbours get the circuits); ports it leaves free
+                    keep the mesh (agg) and the ``isolated`` core
+                    (DP is ToR-Agg-Core, Table 1)
+response-share      core plane c-1 as in rfabric's ``isolated`` core:   (c)
+                    each Gen PoD's small share (one 400G circuit =
+                    0.4 Tb/s) to a Train ToR streams responses; and
                     the Gen agg meshes
 gen-isolated        Gen PoDs' agg OCS: isolated intra-PoD meshes        (c)
 t2g-tree            core planes: circuits from the Train ToRs that      (d-f), (g)
                     send weights to the ToRs of each Gen PoD's DP-0
                     replica, as many as the planes allow, every
-                    (Train PoD, Gen PoD) pair first; free ports keep
-                    their inter-pod-mesh circuits; the agg meshes of
-                    both sides (stage-1 transit, in-PoD broadcast)
+                    (Train PoD, Gen PoD) pair first; then the Gen agg
+                    OCS and the Gen ToRs' core ports the tree left
+                    free, sized to the in-PoD broadcast (stage 2);
+                    free ports keep the ``isolated`` core and the
+                    mesh; the Train agg meshes (stage-1 transit)
 ==================  ==================================================  ==========
 
-``inter-pod-mesh`` and ``response-share`` agree on the core on purpose: DP
-and the response stream run at the same time (Gen of batch i+1 during Train of
-batch i), so they must agree on the core; the core changes only for the
-weight sync and back.  With a single core plane, or when Gen PoDs outnumber
-Train ToRs, rfabric's full ``mesh`` core stands in for both.
+*Sized* circuits (`size_circuits`) share a phase's OCS ports out among
+its ToR pairs like seats among parties (largest average, D'Hondt), each
+pair up to the circuits it could fill (`circuits_needed`: each flow at
+its share of its two GPUs' ports, one port being one circuit's rate): the
+next circuit goes to the pair with the most need per circuit it already
+has, on a free agg port of both ToRs when they share a PoD (for the
+broadcast inside a Gen PoD, a free core port first), else on a core plane
+where both ToRs' ports are free.  A round-robin mesh gives a ToR pair
+a/(T-1) of the ports whatever the traffic; at 2,048 GPUs that left a DP
+ring's neighbouring ToRs two circuits for eight ring flows and made the
+DP all-reduce four times slower than on a non-blocking Clos.  One static
+topology serves a whole phase: a broadcast tree's levels, which run one
+after another through the same ToRs, share its ports (Figure 5(d-f)
+reconfigures between them; here they are one phase).
+
+``inter-pod-mesh`` and ``response-share`` never name the same OCS on
+purpose: DP and the response stream run at the same time (Gen of batch
+i+1 during Train of batch i), so the response plane (c-1) is the
+response stream's alone, and the core changes only for the weight sync
+and back.  With a single core plane, or when Gen PoDs outnumber Train
+ToRs, rfabric's full ``mesh`` core stands in for both, and only the
+Train agg OCS are sized for DP.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -74,6 +97,79 @@ class Template:
                 "circuits": [list(c) for c in sorted(self.circuits[ocs])]}
 
 
+Tor = Tuple[int, int]                  # (PoD, ToR index)
+
+
+class FreePorts:
+    """The OCS ports a template may still give out: each ToR's uplinks on its
+    PoD's agg OCS (for the PoDs in scope) and its one port on each core
+    plane in scope; `connect` takes a port on each side for one circuit."""
+
+    def __init__(self, shape: rfabric.Shape, agg: Mapping[int, str], core: Mapping[int, str],
+                 agg_pods: Iterable[int], planes: Iterable[int]):
+        self.shape, self.agg, self.core = shape, agg, core
+        self.agg_free: Dict[Tor, List[int]] = {
+            (p, t): list(range(shape.agg)) for p in agg_pods for t in range(shape.tors)}
+        self.core_free: Dict[int, Set[Tor]] = {
+            u: {(p, t) for p in range(shape.pods) for t in range(shape.tors)}
+            for u in sorted(planes)}
+        self.circuits: Dict[str, Set[Circuit]] = {agg[p]: set() for p in agg_pods}
+        self.circuits.update({core[u]: set() for u in self.core_free})
+
+    def take_core(self, plane: int, circuits: Iterable[Circuit]) -> None:
+        """Circuits already chosen on a plane in scope: their ports are taken."""
+        for a, b in circuits:
+            for port in (a, b):
+                self.core_free[plane].discard(divmod(port - 1, self.shape.tors))
+            self.circuits[self.core[plane]].add(normalize_circuit(a, b))
+
+    def connect(self, a: Tor, b: Tor, core_first: bool = False) -> bool:
+        """One circuit between ToRs a and b: on their PoD's agg OCS if both
+        have a free uplink there, or on the first core plane where both
+        ports are free; the agg OCS first unless ``core_first`` (when no
+        pair across PoDs is left to need the core ports).  False when
+        neither is left."""
+        for use_core in ((True, False) if core_first else (False, True)):
+            if use_core:
+                for plane, free in self.core_free.items():
+                    if a in free and b in free:
+                        free -= {a, b}
+                        self.circuits[self.core[plane]].add(normalize_circuit(
+                            rfabric.core_port(self.shape, *a), rfabric.core_port(self.shape, *b)))
+                        return True
+            elif a[0] == b[0] and self.agg_free.get(a) and self.agg_free.get(b):
+                ports = (rfabric.agg_port(self.shape, a[1], self.agg_free[a].pop(0)),
+                         rfabric.agg_port(self.shape, b[1], self.agg_free[b].pop(0)))
+                self.circuits[self.agg[a[0]]].add(normalize_circuit(*ports))
+                return True
+        return False
+
+    def filled(self, base: Mapping[str, Iterable[Circuit]]) -> Dict[str, FrozenSet[Circuit]]:
+        """The circuits given, and on ports left free those of ``base``."""
+        result = {}
+        for ocs, circuits in self.circuits.items():
+            taken = {port for c in circuits for port in c}
+            result[ocs] = frozenset(circuits | {c for c in base[ocs] if not taken & set(c)})
+        return result
+
+
+def size_circuits(ports: FreePorts, need: Mapping[Tuple[Tor, Tor], float],
+                  core_first: bool = False) -> None:
+    """Give ``ports`` out as circuits among ToR pairs, each up to the circuits
+    it needs (rounded up), by largest average (D'Hondt): the next one to
+    the pair with the most need per circuit it already has, until every
+    pair has what it needs or no port is left on one of its sides."""
+    queue = [(-circuits, pair) for pair, circuits in need.items() if circuits > 0]
+    heapq.heapify(queue)
+    given: Dict[Tuple[Tor, Tor], int] = {}
+    while queue:
+        _, pair = heapq.heappop(queue)
+        if ports.connect(*pair, core_first=core_first):
+            given[pair] = given.get(pair, 0) + 1
+            if given[pair] < math.ceil(need[pair] - 1e-9):
+                heapq.heappush(queue, (-need[pair] / (given[pair] + 1), pair))
+
+
 class RFabricTemplates:
     """Chooses a `Template` per phase kind for one rfabric `Fabric`."""
 
@@ -94,6 +190,8 @@ class RFabricTemplates:
             self.isolated = self.mesh
         if self.shape.train_pods == self.shape.pods:
             self.isolated = self.mesh
+        # The response plane is apart from the DP planes only with isolated.
+        self.response_plane = self.shape.core - 1 if self.isolated is not self.mesh else None
 
     # ------------------------------------------------------------ pieces
     def _pods(self, role: str) -> List[int]:
@@ -131,14 +229,66 @@ class RFabricTemplates:
                 demand[key] = demand.get(key, 0.0) + float(size)
         return demand
 
-    def t2g_core(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
-        """Core circuits for the weight sync.
+    def circuits_needed(self, pairs: Optional[Iterable[Pair]], pods: Iterable[int],
+                        tree: bool = False) -> Dict[Tuple[Tor, Tor], float]:
+        """How many circuits each pair of distinct ToRs in ``pods`` could fill.
+
+        Each flow could get at most its share of its two GPUs' ports (one
+        port = one circuit's rate): 1 / the flows its sender sends at once,
+        and 1 / the flows its receiver takes at once; a ToR pair needs the
+        sum over the flows between them.  A phase's flows all run at once
+        (a ring's neighbours send together), except with ``tree``: a
+        broadcast tree's levels run one after another (a member forwards
+        what it has received), and a pair needs what its busiest level needs.
+        Levels are found from the edges: a member no edge in the scope sends
+        to is a root (level 0), and an edge leaves its sender's level.
+        """
+        inside = set(pods)
+        edges = [(src, dst) for src, dst, size in pairs or ()
+                 if src != dst and size > 0 and self.tor_of(src)[0] in inside
+                 and self.tor_of(dst)[0] in inside]
+        level: Dict[str, int] = {}
+        if tree:
+            children: Dict[str, List[str]] = {}
+            for src, dst in edges:
+                children.setdefault(src, []).append(dst)
+            receivers = {dst for _, dst in edges}
+            level = {src: 0 for src, _ in edges if src not in receivers}
+            frontier = sorted(level)
+            while frontier:
+                reached = []
+                for member in frontier:
+                    for child in children.get(member, ()):
+                        if child not in level:
+                            level[child] = level[member] + 1
+                            reached.append(child)
+                frontier = reached
+        sends: Dict[Tuple[str, int], int] = {}
+        takes: Dict[Tuple[str, int], int] = {}
+        for src, dst in edges:
+            at = level.get(src, 0)
+            sends[src, at] = sends.get((src, at), 0) + 1
+            takes[dst, at] = takes.get((dst, at), 0) + 1
+        per_level: Dict[Tuple[Tuple[Tor, Tor], int], float] = {}
+        for src, dst in edges:
+            a, b = self.tor_of(src), self.tor_of(dst)
+            if a != b:
+                at = level.get(src, 0)
+                key = ((a, b) if a < b else (b, a), at)
+                per_level[key] = per_level.get(key, 0.0) + min(1.0 / sends[src, at],
+                                                               1.0 / takes[dst, at])
+        need: Dict[Tuple[Tor, Tor], float] = {}
+        for (pair, _), circuits in per_level.items():
+            need[pair] = max(need.get(pair, 0.0), circuits)
+        return need
+
+    def t2g_tree(self, pairs: Optional[Iterable[Pair]]) -> Dict[int, Set[Circuit]]:
+        """Stage 1's circuits per core plane, without the ports it leaves free.
 
         Per plane, a matching of ToR pairs (one port per ToR per plane):
         first the PoD pair, then the ToR pair with the most demand per
         circuit already given, so that every Train PoD that sends reaches
-        every Gen PoD before any pair gets a second circuit.  Ports the
-        tree leaves free keep their ``inter-pod-mesh`` circuits.
+        every Gen PoD before any pair gets a second circuit.
         """
         demand = self.t2g_demand(pairs)
         pod_demand: Dict[Tuple[int, int], float] = {}
@@ -154,7 +304,6 @@ class RFabricTemplates:
 
         result = {}
         for plane in sorted(self.core):
-            ocs = self.core[plane]
             used: Set[Tuple[int, int]] = set()
             circuits = set()
             while True:
@@ -167,10 +316,44 @@ class RFabricTemplates:
                 pod_given[a[0], b[0]] += 1
                 circuits.add(normalize_circuit(rfabric.core_port(self.shape, *a),
                                                rfabric.core_port(self.shape, *b)))
-            taken = {p for c in circuits for p in c}
-            circuits |= {c for c in self.isolated[ocs] if not taken & set(c)}
-            result[ocs] = frozenset(circuits)
+            result[plane] = circuits
         return result
+
+    def t2g_core(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
+        """Core circuits for the weight sync's stage 1 (`t2g_tree`); ports
+        the tree leaves free keep their ``isolated`` circuits."""
+        ports = FreePorts(self.shape, self.agg, self.core, (), self.core)
+        for plane, circuits in self.t2g_tree(pairs).items():
+            ports.take_core(plane, circuits)
+        return ports.filled(self.isolated)
+
+    def _weight_sync(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
+        """Stage 1 on the core (`t2g_tree`), then stage 2, the broadcast
+        inside each Gen PoD, sized on the Gen agg OCS and on the core ports
+        stage 1 left free (a core circuit may join two ToRs of one PoD)."""
+        gen = self._pods("gen")
+        ports = FreePorts(self.shape, self.agg, self.core, gen, self.core)
+        for plane, circuits in self.t2g_tree(pairs).items():
+            ports.take_core(plane, circuits)
+        for pod in gen:
+            size_circuits(ports, self.circuits_needed(pairs, [pod], tree=True), core_first=True)
+        circuits = ports.filled(dict(self.isolated, **self._agg("gen")))
+        return dict(circuits, **self._agg("train"))
+
+    def _dp(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
+        """The Train agg OCS and the DP planes (all but the response plane),
+        sized to the phase's traffic among Train ToRs.  Without a response
+        plane of its own the core stays the full mesh, which the response
+        stream shares."""
+        train = self._pods("train")
+        if self.response_plane is None:
+            ports = FreePorts(self.shape, self.agg, self.core, train, ())
+            size_circuits(ports, self.circuits_needed(pairs, train))
+            return dict(self._core(self.isolated), **ports.filled(self.mesh))
+        planes = [u for u in self.core if u != self.response_plane]
+        ports = FreePorts(self.shape, self.agg, self.core, train, planes)
+        size_circuits(ports, self.circuits_needed(pairs, train))
+        return ports.filled(dict(self.isolated, **self._agg("train")))
 
     def _crosses_pods(self, pairs: Iterable[Pair]) -> bool:
         return any(self.tor_of(src)[0] != self.tor_of(dst)[0] for src, dst, _ in pairs)
@@ -190,9 +373,13 @@ class RFabricTemplates:
         elif name == "gen-isolated":
             circuits = self._agg("gen")
         elif name == "inter-pod-mesh":
-            circuits = dict(self._core(self.isolated), **self._agg("train"))
+            circuits = self._dp(pairs)
         elif name == "response-share":
-            circuits = dict(self._core(self.isolated), **self._agg("gen"))
+            if self.response_plane is None:
+                circuits = dict(self._core(self.isolated), **self._agg("gen"))
+            else:
+                plane = self.core[self.response_plane]
+                circuits = dict({plane: frozenset(self.isolated[plane])}, **self._agg("gen"))
         else:
-            circuits = dict(self.t2g_core(pairs), **self._agg("train"), **self._agg("gen"))
+            circuits = self._weight_sync(pairs)
         return Template(name, FIGURE[name], circuits)

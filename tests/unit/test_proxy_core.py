@@ -6,7 +6,8 @@ from fakes import FakeNetwork, assert_delivered
 
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.proxy_core import ControlProxy
-from controllers.rfabric_templates import KIND_TEMPLATE, RFabricTemplates
+from controllers.rfabric_templates import (KIND_TEMPLATE, FreePorts, RFabricTemplates,
+                                          size_circuits)
 from controllers.service import FabricService
 from topologies import registry, rfabric
 from topologies.fabric import FabricError
@@ -64,16 +65,134 @@ def test_dp_gets_the_inter_pod_mesh_and_response_its_small_core_share():
     dp, response = templates.for_kind("train-dp"), templates.for_kind("response")
     agg, _ = roles(fab)
     shape = rfabric.shape_of(fab)
-    assert dp.ocs == sorted([*core.values(), agg[0], agg[1]]) and dp.figure == "Figure 5(a)"
-    assert response.ocs == sorted([*core.values(), agg[2]]), "ToR-Agg-Core on each side"
-    assert all(dp.circuits[o] == response.circuits[o] for o in core.values()), \
-        "DP and the response stream run together, so they agree on the core"
+    assert dp.ocs == sorted([core[0], agg[0], agg[1]]) and dp.figure == "Figure 5(a)"
+    assert response.ocs == sorted([core[1], agg[2]]), "ToR-Agg-Core on each side"
+    assert not set(dp.ocs) & set(response.ocs), \
+        "DP and the response stream run together, so they never name the same OCS"
     joined = {tuple(sorted((tor_of_port(shape, a)[0], tor_of_port(shape, b)[0])))
               for a, b in dp.circuits[core[0]]}
     assert joined == {(0, 1)}, "plane 0 meshes the two Train PoDs"
-    share = [(tor_of_port(shape, a), tor_of_port(shape, b)) for a, b in dp.circuits[core[1]]]
+    share = [(tor_of_port(shape, a), tor_of_port(shape, b)) for a, b in response.circuits[core[1]]]
     assert len(share) == 1 and {share[0][0][0], share[0][1][0]} == {0, 2}, \
         "the last plane gives the Gen PoD one circuit (0.4 Tb/s at 400G) to a Train ToR"
+
+
+def ring_pairs(templates, hosts_by_tor, tors, size=10.0):
+    """A ring over ``tors`` (one flow from each ToR to the next)."""
+    return [(hosts_by_tor[a], hosts_by_tor[b], size)
+            for a, b in zip(tors, tors[1:] + tors[:1])]
+
+
+def test_dp_circuits_follow_the_ring_not_the_round_robin_mesh():
+    fab = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=8,radix=8")
+    shape = rfabric.shape_of(fab)                   # 4 ToRs, 2 agg uplinks, 2 planes
+    templates = RFabricTemplates(fab)
+    host = {templates.tor_of(h): h for h in fab.hosts}
+    ring = [(0, t) for t in range(shape.tors)]
+    agg, core = roles(fab)
+    dp = templates.for_kind("train-dp", ring_pairs(templates, host, ring))
+
+    def tor_pairs(ocs, port_to_tor):
+        return sorted(tuple(sorted((port_to_tor(a), port_to_tor(b))))
+                      for a, b in dp.circuits[ocs])
+
+    in_pod = tor_pairs(agg[0], lambda port: (port - 1) // shape.agg)
+    assert in_pod == [(0, 1), (0, 3), (1, 2), (2, 3)], \
+        "each ToR's two uplinks go to its two ring neighbours, none across the ring"
+    mesh_pairs = sorted(tuple(sorted(((a - 1) // shape.agg, (b - 1) // shape.agg)))
+                        for a, b in rfabric.circuit_set(fab, "mesh")[agg[0]])
+    assert (0, 2) in mesh_pairs, "the mesh would have spent an uplink across the ring"
+    assert core[1] not in dp.circuits, "the response plane is not DP's"
+    assert dp.ocs == sorted([core[0], agg[0]])
+
+
+def test_sized_circuits_take_what_a_pair_needs_and_keep_the_mesh_on_free_ports():
+    fab = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=8,radix=16")
+    shape = rfabric.shape_of(fab)                   # 2 ToRs a PoD, 4 agg uplinks
+    templates = RFabricTemplates(fab)
+    agg, core = roles(fab)
+    ports = FreePorts(shape, agg, core, [0], [])
+    size_circuits(ports, {((0, 0), (0, 1)): 2.5})
+    assert len(ports.circuits[agg[0]]) == 3 < shape.agg, "a pair takes what it needs, no more"
+    ports = FreePorts(shape, agg, core, [0], [0])
+    size_circuits(ports, {((0, 0), (1, 1)): 1.0})
+    assert ports.circuits[core[0]] == {(rfabric.core_port(shape, 0, 0),
+                                        rfabric.core_port(shape, 1, 1))}, \
+        "across PoDs only a core plane joins two ToRs"
+    assert ports.circuits[agg[0]] == set()
+    filled = ports.filled(templates.mesh)
+    assert filled[agg[0]] == templates.mesh[agg[0]], "unused agg ports keep the mesh"
+    assert templates.mesh[core[0]] == {(1, 3), (2, 4)}, "ToR t of PoD 0 to ToR t of PoD 1"
+    assert filled[core[0]] == {(1, 4)}, "the mesh circuits of taken ports are not kept"
+
+
+def test_sized_circuits_share_scarce_ports_by_need_largest_average_first():
+    fab = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=12,radix=16")
+    shape = rfabric.shape_of(fab)                   # 3 ToRs a PoD, 4 agg uplinks, 4 planes
+    agg, core = roles(fab)
+    ports = FreePorts(shape, agg, core, [0], [])
+    size_circuits(ports, {((0, 0), (0, 1)): 6.0, ((0, 0), (0, 2)): 2.0})
+    counts = {}
+    for a, b in ports.circuits[agg[0]]:
+        pair = tuple(sorted(((a - 1) // shape.agg, (b - 1) // shape.agg)))
+        counts[pair] = counts.get(pair, 0) + 1
+    assert counts == {(0, 1): 3, (0, 2): 1}, "ToR 0's four uplinks split 3:1 as the needs"
+
+
+def test_with_one_core_plane_dp_and_the_responses_share_the_mesh_core():
+    fab = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=8,radix=8,core_uplinks=1")
+    templates = RFabricTemplates(fab)
+    host = {templates.tor_of(h): h for h in fab.hosts}
+    agg, core = roles(fab)
+    dp = templates.for_kind("train-dp", ring_pairs(templates, host, [(0, t) for t in range(4)]))
+    response = templates.for_kind("response")
+    mesh = rfabric.circuit_set(fab, "mesh")
+    assert dp.circuits[core[0]] == response.circuits[core[0]] == mesh[core[0]], \
+        "no plane of its own for the responses: both keep the mesh core"
+    assert dp.circuits[agg[0]] != mesh[agg[0]], "the Train agg OCS is still sized for the ring"
+
+
+def test_a_pair_needs_its_flows_share_of_their_ports_and_a_tree_its_busiest_level():
+    fab = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=8,radix=8")
+    templates = RFabricTemplates(fab)                # Gen PoD 1: ToR t holds h17+4t .. h20+4t
+    root, left, right, back = "h17", "h21", "h22", "h18"
+    tree = [(root, left, 5.0), (root, right, 5.0),   # level 0: the root's port, halved
+            (left, back, 5.0)]                        # level 1: back to ToR 0, a whole port
+    gen = [1]
+    assert templates.circuits_needed(tree, gen) == {((1, 0), (1, 1)): 2.0}, \
+        "all at once: 1/2 + 1/2 + 1"
+    assert templates.circuits_needed(tree, gen, tree=True) == {((1, 0), (1, 1)): 1.0}, \
+        "a tree's levels take turns: the busiest needs one circuit"
+    incast = [("h21", root, 1.0), ("h25", root, 1.0)]
+    assert templates.circuits_needed(incast, gen) == {((1, 0), (1, 1)): 0.5,
+                                                      ((1, 0), (1, 2)): 0.5}
+    assert templates.circuits_needed(tree, [0]) == {}, "only ToRs of the PoDs in scope"
+
+
+def test_weight_sync_sizes_the_broadcast_in_the_gen_pod_on_agg_and_free_core_ports():
+    fab = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=8,radix=8")
+    shape = rfabric.shape_of(fab)                    # 4 ToRs a PoD, 2 agg uplinks, 2 planes
+    templates = RFabricTemplates(fab)
+    agg, core = roles(fab)
+    host = {}
+    for h in fab.hosts:
+        host.setdefault(templates.tor_of(h), []).append(h)
+    stage1 = [(host[0, t][0], host[1, 0][0], 1.0) for t in range(shape.tors)]
+    # ToR 1's four GPUs each send to one on ToR 2: four ports' worth, and
+    # ToR 1 has four ports (2 agg, 2 core), one of them for the level before.
+    stage2 = [(host[1, 0][0], host[1, 1][k], 9.0) for k in range(1)] + \
+             [(host[1, 1][k], host[1, 2][k], 9.0) for k in range(4)]
+    tmpl = templates.for_kind("weight-sync", stage1 + stage2)
+    gen_agg = [tuple(sorted(((a - 1) // shape.agg, (b - 1) // shape.agg)))
+               for a, b in tmpl.circuits[agg[1]]]
+    in_pod_core = [tuple(sorted((tor_of_port(shape, a)[1], tor_of_port(shape, b)[1])))
+                   for o in core.values() for a, b in tmpl.circuits[o]
+                   if tor_of_port(shape, a)[0] == tor_of_port(shape, b)[0] == 1]
+    assert gen_agg.count((0, 1)) == 1, "the first level gets the one circuit it needs"
+    assert in_pod_core.count((1, 2)) == 2, "the core ports stage 1 left free join the Gen ToRs"
+    assert gen_agg.count((1, 2)) == 1, \
+        "and ToR 1's last port: one static topology serves both levels of the tree"
+    assert tmpl.circuits[agg[0]] == templates.mesh[agg[0]], "the Train PoD keeps its mesh"
 
 
 def test_weight_sync_gets_a_tree_from_train_tors_to_the_gen_pod():
@@ -135,8 +254,10 @@ class Spy:
 
 def schedule(window):
     """(name, kind, start, end) offsets: the core changes before weight-sync
-    (window ``window`` after train-dp) and back before the next train-dp."""
+    (window ``window`` after train-dp and the response stream) and back before
+    the next train-dp (plane 0) and response stream (plane 1)."""
     return [("train-pp", "train-pp", 0.0, 4.0), ("train-dp", "train-dp", 4.0, 6.0),
+            ("response", "response", 4.0, 6.0),
             ("weight-sync", "weight-sync", 6.0 + window, 8.0 + window)], 9.0 + window
 
 
@@ -171,10 +292,10 @@ def test_templates_are_chosen_once_per_phase_and_cached():
     proxy = ControlProxy(fab, tdf=TDF, templates=spy)
     phases, length = schedule(3.0)
     drive(proxy, phases, length, iterations=3)
-    assert sorted(spy.calls) == ["train-dp", "train-pp", "weight-sync"], \
+    assert sorted(spy.calls) == ["response", "train-dp", "train-pp", "weight-sync"], \
         f"one choice per phase, cached for later iterations: {spy.calls}"
     assert proxy.template("weight-sync", "weight-sync") is proxy.cache["weight-sync"]
-    assert proxy.schedule == ["train-pp", "train-dp", "weight-sync"]
+    assert proxy.schedule == ["train-pp", "response", "train-dp", "weight-sync"]
 
 
 @pytest.mark.parametrize("window", [0.5, 1.0, 1.5, 2.0, 3.0, 6.0])
@@ -308,7 +429,8 @@ def test_two_iterations_through_a_fabric_service_on_fake_datapaths():
         for src, dst, _ in phase.pairs():
             for path in assert_delivered(network, src, dst).delivered:
                 for hop in path:
-                    if fab.graph.nodes[hop.node]["role"] == "core-ocs":
+                    # OCS a template does not name keep their circuits.
+                    if fab.graph.nodes[hop.node]["role"] == "core-ocs" and hop.node in template:
                         circuit = tuple(sorted((hop.in_port, hop.out_port)))
                         assert circuit in template[hop.node], \
                             f"{phase.name}: {src}->{dst} crosses {hop.node} {circuit}, " \
@@ -343,9 +465,11 @@ def test_two_iterations_through_a_fabric_service_on_fake_datapaths():
     assert history == len(sent) == len(proxy.reconfigs)
     rows = [r for r in proxy.occurrences() if r["needed_s"] is not None]
     assert {(r["iteration"], r["phase"], r["mode"]) for r in rows} == {
-        (1, "response", "reactive"), (1, "weight-sync", "reactive"),
-        (2, "response", "proactive"), (2, "weight-sync", "proactive")}
+        (1, "response", "reactive"), (1, "train-dp", "reactive"), (1, "weight-sync", "reactive"),
+        (2, "response", "proactive"), (2, "train-dp", "proactive"),
+        (2, "weight-sync", "proactive")}
     summary = proxy.summary()
-    assert summary[1]["exposed_s"] == pytest.approx(4 * 0.01), "2 phases x 2 planes x 10 ms"
+    assert summary[1]["exposed_s"] == pytest.approx(4 * 0.01), \
+        "10 ms each: the response plane, the DP plane, then both for the weights"
     assert summary[2]["exposed_s"] == 0.0 < summary[2]["hidden_s"]
     assert not proxy.warnings and not service.status()["errors"]
