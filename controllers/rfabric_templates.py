@@ -319,14 +319,6 @@ class RFabricTemplates:
             result[plane] = circuits
         return result
 
-    def t2g_core(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
-        """Core circuits for the weight sync's stage 1 (`t2g_tree`); ports
-        the tree leaves free keep their ``isolated`` circuits."""
-        ports = FreePorts(self.shape, self.agg, self.core, (), self.core)
-        for plane, circuits in self.t2g_tree(pairs).items():
-            ports.take_core(plane, circuits)
-        return ports.filled(self.isolated)
-
     def _weight_sync(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
         """Stage 1 on the core (`t2g_tree`), then stage 2, the broadcast
         inside each Gen PoD, sized on the Gen agg OCS and on the core ports
