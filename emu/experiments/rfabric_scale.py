@@ -49,6 +49,7 @@ from emu.schema import Field
 from topologies import cost, registry
 from topologies.fabric import FabricError
 from traffic.model import calibration
+from traffic.model.phase_arrays import ScheduleArrays
 from traffic.model.rl import ModelIterationRunner
 from traffic.phases import build_phases
 from traffic.scale import Scale
@@ -159,15 +160,17 @@ def _mean(values) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
-def model_fabric(fabric, sched, cfg, settings, cal, log) -> dict:
-    """One fabric's iterations on the model; a row of figures (real seconds)."""
+def model_fabric(fabric, sched, cfg, settings, cal, log,
+                 arrays: Optional[ScheduleArrays] = None) -> dict:
+    """One fabric's iterations on the model; a row of figures (real seconds).
+    ``arrays``: the schedule's flows as arrays, when several fabrics share them."""
     proxy = (ControlProxy(fabric, mode=settings["mode"], tdf=1.0)
              if fabric.name == "rfabric" else None)
     started = time.time()
     runner = ModelIterationRunner(fabric, sched, lambda gbps: gbps * 1e9, cal,
                                   optimizer_s=cfg.compute.optimizer_s, proxy=proxy,
                                   tdf=1.0, log=log, keep_flows=False,
-                                  coalesce=settings["coalesce"])
+                                  coalesce=settings["coalesce"], arrays=arrays)
     runner.run(settings["iterations"])
     times = [it.duration_s for it in runner.iterations]
     exposed = [it.exposed_s for it in runner.iterations]
@@ -200,24 +203,27 @@ _SHARED: dict = {}
 
 
 def _model_in_worker(spec: str) -> dict:
-    sched, cfg, settings, cal, log = _SHARED["args"]
+    sched, cfg, settings, cal, log, arrays = _SHARED["args"]
     name = spec.split(",")[0]
     return model_fabric(registry.build(spec), sched, cfg, settings, cal,
-                        lambda message: log(f"    {name}: {message.strip()}"))
+                        lambda message: log(f"    {name}: {message.strip()}"), arrays)
 
 
 def model_fabrics(specs: Sequence[str], sched, cfg, settings, cal, jobs: int,
                   log) -> Iterator[Tuple[int, dict]]:
     """(index, row) of each fabric spec, as each is done: in ``jobs`` forked
     processes (the fabrics are independent), or here with ``jobs`` <= 1.
-    The circuit-switched fabrics go first: they take the longest."""
+    The circuit-switched fabrics go first: they take the longest.  The
+    schedule's flows are turned into arrays once, here, for all of them."""
+    arrays = ScheduleArrays(sched).prepare(settings["iterations"])
     if jobs <= 1 or len(specs) <= 1:
         for index, spec in enumerate(specs):
-            yield index, model_fabric(registry.build(spec), sched, cfg, settings, cal, log)
+            yield index, model_fabric(registry.build(spec), sched, cfg, settings, cal, log,
+                                      arrays)
         return
     order = sorted(range(len(specs)), key=lambda i: not specs[i].startswith(("rfabric",
                                                                              "sip-ocs")))
-    _SHARED["args"] = (sched, cfg, settings, cal, log)
+    _SHARED["args"] = (sched, cfg, settings, cal, log, arrays)
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, len(specs)),
                                  mp_context=multiprocessing.get_context("fork")) as pool:

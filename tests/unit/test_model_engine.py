@@ -487,3 +487,36 @@ def test_coalesce_does_not_drain_a_flow_waiting_on_a_dark_link():
     sim.run()
     assert sim.state.tolist() == [DONE, ACTIVE]
     assert sim.bytes_left[1] == MB
+
+
+def test_coalesce_ends_a_flow_at_its_drain_when_its_latency_is_within_the_bound():
+    transfer = 10 * MB * 8 / GBPS                      # 0.08 s; two hops of latency
+    for latency, coalesce, at_drain in ((0.001, 0.05, True),    # 2 ms <= 4 ms
+                                        (0.001, 0.01, False),   # 2 ms > 0.8 ms
+                                        (0.001, 0.0, False)):   # exact
+        sim = one_flow(hop_latency_s=latency, coalesce=coalesce)
+        assert sim.drained_s[0] == pytest.approx(transfer, rel=1e-12)
+        expected = transfer if at_drain else transfer + 2 * latency
+        assert sim.end_s[0] == pytest.approx(expected, rel=1e-12), (latency, coalesce)
+        assert sim.events_processed == (2 if at_drain else 3)   # release, drain, done
+
+
+def test_dependencies_as_csr_give_the_same_run_as_lists():
+    n, size = 4, 8 * MB
+    ends = []
+    for form in ("lists", "csr"):
+        star = Star(n)
+        sim = star.sim(hop_latency_s=1e-4)
+        after = [[] if k == 0 else [(k - 1) * n + (i - 1) % n, (k - 1) * n + i]
+                 for k in range(2 * (n - 1)) for i in range(n)]
+        if form == "csr":
+            indptr = np.concatenate(([0], np.cumsum([len(a) for a in after])))
+            after = (indptr, np.array([d for a in after for d in a]))
+        star.flows(np.tile(np.arange(n), 2 * (n - 1)),
+                   np.tile(np.roll(np.arange(n), -1), 2 * (n - 1)))
+        sim.add_flows(np.full(2 * (n - 1) * n, size / n), after=after)
+        sim.run()
+        ends.append(sim.end_s.copy())
+    assert np.array_equal(ends[0], ends[1])
+    with pytest.raises(ValueError, match="indptr has 2 entries for 3 flows"):
+        Star(3).sim().add_flows([1, 1, 1], after=(np.array([0, 0]), np.array([], dtype=int)))

@@ -232,3 +232,29 @@ def test_same_schedule_twice_gives_identical_times():
     assert a.dark_windows() == b.dark_windows()
     assert [(f.id, f.start, f.end) for f in a.flows("x")] == \
         [(f.id, f.start, f.end) for f in b.flows("x")]
+
+
+def test_schedule_arrays_shared_by_two_fabrics_give_the_runs_of_their_own():
+    from traffic.model.phase_arrays import ScheduleArrays
+
+    fabric, scale, cfg, sched = _setup("fattree")
+    arrays = ScheduleArrays(sched).prepare(2)
+    phase = sched.phases[0]
+    flows = phase.dag.flows
+    assert [key_of(f"i2/{phase.name}/{f.id}") for f in flows] == arrays.keys(2, 0).tolist()
+    own = arrays.phases[0]
+    assert [own.hosts[i] for i in own.src] == [f.src for f in flows]
+    position = {f.id: i for i, f in enumerate(flows)}
+    assert [own.after[own.after_ptr[i]:own.after_ptr[i + 1]].tolist()
+            for i in range(len(flows))] == [[position[d] for d in f.after] for f in flows]
+
+    def times(name, shared):
+        fab, _, _, sched_here = _setup(name)
+        runner = ModelIterationRunner(fab, sched_here if shared is None else sched,
+                                      lambda g: scale.emu_mbps(g) * 1e6, calibration.IDEAL,
+                                      tdf=scale.tdf, log=lambda _m: None, arrays=shared)
+        runner.run(2)
+        return [(p.name, p.start, p.end) for it in runner.iterations for p in it.phases]
+
+    for name in ("fattree", "rfabric"):      # one schedule: both have the same hosts
+        assert times(name, arrays) == times(name, None)

@@ -75,7 +75,13 @@ drains too: its last bytes are taken as sent at ``now + t``.  So:
   ECMP collisions end within ``c x`` their exact end time;
 * events: drains within ``c x`` a flow's transfer time of each other share
   one event, so the number of events per wave of a collective is at most
-  about ``1 / c``, however many flows drift.
+  about ``1 / c``, however many flows drift;
+* a drained flow whose path latency is at most ``c x`` its transfer time is
+  done at its drain, not a latency later: done early by at most that, as a
+  coalesced drain.  At full scale a path's latency is nanoseconds and paths
+  of different lengths would otherwise end one wave in as many events (on a
+  ring all-reduce at 4,096 GPUs this halved the events again: 44,415 ->
+  15,423, with the same iteration time to 1e-9).
 
 With c = 0 (the default) the results are exact (the only tolerance is the
 1e-9 above).  On the RL workload at 1,024 GPUs on a Clos, c = 0.01 cut the
@@ -329,7 +335,8 @@ class FlowSim:
         one for all or one per flow.  Without ``after`` a flow is released at
         ``(base_s or now) + delay_s``.  ``after``: per flow, the ids of the
         flows it waits for (earlier batches or this one), either a sequence of
-        sequences or, faster, a 2-D int array padded with -1; the flow is
+        sequences or, faster, a 2-D int array padded with -1 or a CSR tuple
+        ``(indptr, ids)`` (flow i waits for ``ids[indptr[i]:indptr[i + 1]]``); the flow is
         released at the end of the last of them + ``delay_s`` (an empty list
         means no dependency).  A release time in the past becomes now.
         """
@@ -389,7 +396,13 @@ class FlowSim:
         if after is None:
             return empty, empty
         count = len(ids)
-        if isinstance(after, np.ndarray) and after.ndim == 2:
+        if isinstance(after, tuple):
+            indptr, src = (np.asarray(a, dtype=np.int64) for a in after)
+            if len(indptr) != count + 1:
+                raise ValueError(f"after's indptr has {len(indptr)} entries for {count} flows")
+            dst = np.repeat(ids, np.diff(indptr))
+            src = src[indptr[0]:indptr[-1]]
+        elif isinstance(after, np.ndarray) and after.ndim == 2:
             if after.shape[0] != count:
                 raise ValueError(f"after has {after.shape[0]} rows for {count} flows")
             src = after.astype(np.int64).reshape(-1)
@@ -581,6 +594,12 @@ class FlowSim:
             return flows
         latency = self._path_len[flows] * self.hop_latency_s
         at_once = latency == 0
+        if self.coalesce > 0:
+            # Coalescing: a flow whose last bytes would arrive within coalesce
+            # x its transfer time is done with its drain (early by at most
+            # that, the bound of a coalesced drain), not one event later.
+            sending = self.now - self._released[flows] - self.startup_s
+            at_once |= latency <= self.coalesce * sending
         self._push_grouped(_DONE, flows[~at_once], self.now + latency[~at_once])
         return flows[at_once]
 

@@ -33,7 +33,7 @@ confirmed control round (calibrated, `traffic.model.calibration`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -41,7 +41,8 @@ from controllers.ocs_core import OcsCore
 from traffic.iterations import IterationRun, PhaseRun, dark_windows, named_flows, ready_time
 from traffic.model.calibration import Calibration
 from traffic.model.engine import FlowSim
-from traffic.model.network import ModelNetwork, key_of
+from traffic.model.network import ModelNetwork
+from traffic.model.phase_arrays import ScheduleArrays
 from traffic.results import FlowResult
 
 
@@ -117,6 +118,7 @@ class _PhaseState:
     run: PhaseRun
     phase: object
     index: int                # in ModelIterationRunner._phases
+    position: int             # in the schedule's phases
     scheduled: bool = False   # its start is due: every phase it waits for ended
     first: int = 0            # sim ids [first, first + count)
     count: int = 0
@@ -135,8 +137,11 @@ class ModelIterationRunner:
                  calibration: Calibration, optimizer_s: float = 0.0, proxy=None,
                  ecmp_seed: int = 1, tdf: float = 1.0,
                  log: Callable[[str], None] = print, progress=None, keep_flows: bool = True,
-                 coalesce: float = 0.0):
+                 coalesce: float = 0.0, arrays: Optional[ScheduleArrays] = None):
         self.fabric, self.schedule = fabric, schedule
+        # The flows as arrays: built here, or shared by the caller (one
+        # schedule modelled on several fabrics).
+        self.arrays = arrays if arrays is not None else ScheduleArrays(schedule)
         self.net = ModelNetwork(fabric, bps_of, ecmp_seed=ecmp_seed)
         self.calibration, self.optimizer_s, self.proxy = calibration, optimizer_s, proxy
         self.log = log
@@ -200,23 +205,21 @@ class ModelIterationRunner:
         setattr(self, name, np.concatenate([getattr(self, name), values]))
 
     def _start_flows(self, state: _PhaseState, t: float, started: float) -> None:
-        phase, run = state.phase, state.run
-        flows = phase.dag.flows
+        run = state.run
+        arrays = self.arrays.phases[state.position]
         first = self.sim.n_flows
-        local = {f.id: first + i for i, f in enumerate(flows)}
+        count = len(arrays.nbytes)
         index = self.net.index
-        self._append("_src", np.array([index[f.src] for f in flows], dtype=np.int64))
-        self._append("_dst", np.array([index[f.dst] for f in flows], dtype=np.int64))
-        prefix = f"i{run.iteration}/{phase.name}/"
-        self._append("_key", np.array([key_of(prefix + f.id) for f in flows], dtype=np.uint64))
-        self._append("_owner", np.full(len(flows), state.index, dtype=np.int64))
-        caps = np.array([f.rate_mbps * 1e6 if f.rate_mbps else np.inf for f in flows])
-        after = [[local[d] for d in f.after] for f in flows]
-        self.sim.add_flows(np.array([f.bytes for f in flows], dtype=float),
-                           delay_s=np.array([f.at_s for f in flows]), after=after, base_s=t,
-                           cap_bps=caps, tag=None)
-        state.first, state.count, state.left = first, len(flows), len(flows)
-        run.flows_count = len(flows)
+        hosts = np.array([index[h] for h in arrays.hosts], dtype=np.int64)
+        self._append("_src", hosts[arrays.src])
+        self._append("_dst", hosts[arrays.dst])
+        self._append("_key", self.arrays.keys(run.iteration, state.position))
+        self._append("_owner", np.full(count, state.index, dtype=np.int64))
+        self.sim.add_flows(arrays.nbytes, delay_s=arrays.at_s,
+                           after=(arrays.after_ptr, arrays.after + first), base_s=t,
+                           cap_bps=arrays.cap_bps, tag=None)
+        state.first, state.count, state.left = first, count, count
+        run.flows_count = count
         run.start = started
 
     def _phase_ready(self, state: _PhaseState) -> None:
@@ -276,10 +279,10 @@ class ModelIterationRunner:
         if self.proxy is not None:
             self._send(lambda: self.proxy.begin_iteration(t0 - self.base))
         states = []
-        for phase in self.schedule.phases:
+        for position, phase in enumerate(self.schedule.phases):
             run = PhaseRun(index, phase.name, phase.kind)
             it.phases.append(run)
-            state = _PhaseState(run, phase, len(self._phases))
+            state = _PhaseState(run, phase, len(self._phases), position)
             self._phases.append(state)
             states.append(state)
         self._current = {"it": it, "t0": t0, "ends": {}, "states": states}
