@@ -95,6 +95,8 @@ class ModelNetwork:
         self.names: List[str] = list(graph.nodes)
         self.index: Dict[str, int] = {n: i for i, n in enumerate(self.names)}
         self.kind = np.array([graph.nodes[n]["kind"] for n in self.names])
+        # A node's kind, looked up millions of times by each rebuild.
+        self._kind_of: Dict[str, str] = {n: graph.nodes[n]["kind"] for n in self.names}
         self.transit_hosts = bool(fabric.params.get("transit_hosts", False))
         src, dst, caps = [], [], []
         # (u, v) -> [(port on u, link u->v)] over parallel wires, in port order
@@ -115,6 +117,10 @@ class ModelNetwork:
                     self._ocs_port[ocs, data["ports"][ocs]] = (node, ids[node], ids[ocs])
         for key in self._wires:
             self._wires[key].sort()
+        # The wires between two packet nodes (a hop each), which no circuit changes.
+        self._packet_wires = [(a, b, port, link) for (a, b), wires in self._wires.items()
+                              if OCS not in (self._kind_of[a], self._kind_of[b])
+                              for port, link in wires]
         self.blackhole = len(src)
         src.append(-1)
         dst.append(-1)
@@ -127,6 +133,7 @@ class ModelNetwork:
         self.down_nodes: Set[str] = set()
         self.excluded_ports: Set[Tuple[str, int]] = self._fast_lane_ports()
         self._attach: Dict[str, Tuple[str, int, int]] = {}
+        self._packet_hops: Optional[Dict[Tuple[str, str], List[List[int]]]] = None
         self.rebuild()
 
     # ------------------------------------------------------------ wiring
@@ -140,24 +147,27 @@ class ModelNetwork:
         return lanes
 
     def routing_node(self, name: str) -> bool:
-        kind = self.fabric.kind(name)
+        kind = self._kind_of[name]
         return kind == EPS or (kind == HOST and self.transit_hosts)
 
     # ------------------------------------------------------------ routing state
     def _logical_hops(self) -> Dict[Tuple[str, str], List[List[int]]]:
         """(u, v) -> the link lists of every logical hop u -> v that is up."""
+        down_nodes, down_links, capacity = self.down_nodes, self.down_links, self.capacity_bps
+        if self._packet_hops is None:
+            # Only a failure or a restore changes these (they clear the cache);
+            # a reconfiguration rebuilds from them.
+            packet: Dict[Tuple[str, str], List[List[int]]] = defaultdict(list)
+            for a, b, port, link in self._packet_wires:
+                if a in down_nodes or b in down_nodes or (a, port) in self.excluded_ports:
+                    continue
+                if capacity[link] <= 0 or (down_links and frozenset((a, b)) in down_links):
+                    continue
+                packet[a, b].append([link])
+            self._packet_hops = dict(packet)
         hops: Dict[Tuple[str, str], List[List[int]]] = defaultdict(list)
-        for (a, b), wires in self._wires.items():
-            if OCS in (self.fabric.kind(a), self.fabric.kind(b)):
-                continue
-            if a in self.down_nodes or b in self.down_nodes:
-                continue
-            for port, link in wires:
-                if (a, port) in self.excluded_ports:
-                    continue
-                if frozenset((a, b)) in self.down_links or self.capacity_bps[link] <= 0:
-                    continue
-                hops[a, b].append([link])
+        for key, lists in self._packet_hops.items():
+            hops[key] = list(lists)
         for ocs, circuits in self.fabric.circuits.items():
             if ocs in self.down_nodes:
                 continue
@@ -168,8 +178,7 @@ class ModelNetwork:
                                                           self._ocs_port[ocs, pb])
                 if na in self.down_nodes or nb in self.down_nodes:
                     continue
-                links = (up_a, down_a, up_b, down_b)
-                if any(self.capacity_bps[l] <= 0 for l in links):
+                if min(capacity[up_a], capacity[down_a], capacity[up_b], capacity[down_b]) <= 0:
                     continue
                 hops[na, nb].append([up_a, down_b])
                 hops[nb, na].append([up_b, down_a])
@@ -192,10 +201,10 @@ class ModelNetwork:
                 cols.append(ib)
                 for links in lists:
                     adj[ia].append((ib, links))
-            elif self.fabric.kind(a) == HOST and b in self.router_ids:
+            elif self._kind_of[a] == HOST and b in self.router_ids:
                 self._attach.setdefault(a, (b, lists[0][0], -1))
         for (a, b), lists in hops.items():       # the link back down to each leaf host
-            if self.fabric.kind(b) == HOST and b in self._attach and self._attach[b][0] == a:
+            if self._kind_of[b] == HOST and b in self._attach and self._attach[b][0] == a:
                 sw, up, _ = self._attach[b]
                 self._attach[b] = (sw, up, lists[0][0])
         matrix = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(count, count))
@@ -260,6 +269,7 @@ class ModelNetwork:
             raise FabricError(f"no link {u}-{v} in {self.fabric.name}")
         self.down_links.add(frozenset((u, v)))
         self.capacity_bps[links] = 0.0
+        self._packet_hops = None
         self.rebuild()
         return links
 
@@ -278,6 +288,7 @@ class ModelNetwork:
         self.down_links.discard(frozenset((u, v)))
         up = self._up(links)
         self.capacity_bps[up] = self.nominal_bps[up]
+        self._packet_hops = None
         self.rebuild()
         return up
 
@@ -291,6 +302,7 @@ class ModelNetwork:
         links = self.node_links(name)
         self.down_nodes.add(name)
         self.capacity_bps[links] = 0.0
+        self._packet_hops = None
         self.rebuild()
         return links
 
@@ -298,6 +310,7 @@ class ModelNetwork:
         self.down_nodes.discard(name)
         up = self._up(self.node_links(name))
         self.capacity_bps[up] = self.nominal_bps[up]
+        self._packet_hops = None
         self.rebuild()
         return up
 
