@@ -120,7 +120,7 @@ class FreePorts:
         """Circuits already chosen on a plane in scope: their ports are taken."""
         for a, b in circuits:
             for port in (a, b):
-                self.core_free[plane].discard(divmod(port - 1, self.shape.tors))
+                self.core_free[plane].discard(rfabric.core_tor(self.shape, port))
             self.circuits[self.core[plane]].add(normalize_circuit(a, b))
 
     def connect(self, a: Tor, b: Tor, core_first: bool = False) -> bool:
@@ -329,8 +329,7 @@ class RFabricTemplates:
             ports.take_core(plane, circuits)
         for pod in gen:
             size_circuits(ports, self.circuits_needed(pairs, [pod], tree=True), core_first=True)
-        circuits = ports.filled(dict(self.isolated, **self._agg("gen")))
-        return dict(circuits, **self._agg("train"))
+        return dict(ports.filled(self.isolated), **self._agg("train"))
 
     def _dp(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
         """The Train agg OCS and the DP planes (all but the response plane),
@@ -338,14 +337,14 @@ class RFabricTemplates:
         plane of its own the core stays the full mesh, which the response
         stream shares."""
         train = self._pods("train")
-        if self.response_plane is None:
-            ports = FreePorts(self.shape, self.agg, self.core, train, ())
-            size_circuits(ports, self.circuits_needed(pairs, train))
-            return dict(self._core(self.isolated), **ports.filled(self.mesh))
-        planes = [u for u in self.core if u != self.response_plane]
+        planes = [] if self.response_plane is None else \
+            [u for u in self.core if u != self.response_plane]
         ports = FreePorts(self.shape, self.agg, self.core, train, planes)
         size_circuits(ports, self.circuits_needed(pairs, train))
-        return ports.filled(dict(self.isolated, **self._agg("train")))
+        circuits = ports.filled(self.isolated)     # its agg circuits are the mesh's
+        if self.response_plane is None:
+            circuits.update(self._core(self.isolated))
+        return circuits
 
     def _crosses_pods(self, pairs: Iterable[Pair]) -> bool:
         return any(self.tor_of(src)[0] != self.tor_of(dst)[0] for src, dst, _ in pairs)

@@ -86,6 +86,11 @@ def core_port(shape: Shape, pod: int, tor: int) -> int:
     return pod * shape.tors + tor + 1
 
 
+def core_tor(shape: Shape, port: int) -> Tuple[int, int]:
+    """(PoD, ToR) wired to a core plane's ``port`` (`core_port` inverted)."""
+    return divmod(port - 1, shape.tors)
+
+
 def build(pods: int = 2, train_pods: int = 1, servers_per_pod: int = 4, gpus_per_server: int = 2,
           radix: int = 8, core_uplinks: int = 0, gbps: float = 400.0, technology: str = "mems",
           circuits: str = "mesh") -> Fabric:

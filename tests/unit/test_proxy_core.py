@@ -32,11 +32,6 @@ def roles(fab):
     return agg, core
 
 
-def tor_of_port(shape, port):
-    """(PoD, ToR) wired to a core plane's port (rfabric.core_port inverted)."""
-    return divmod(port - 1, shape.tors)
-
-
 # ---------------------------------------------------------------- templates
 @pytest.mark.parametrize("kind", ["train-tp", "train-pp", "train-cp", "train-ep"])
 def test_train_phases_get_the_train_pods_agg_mesh(kind):
@@ -69,10 +64,10 @@ def test_dp_gets_the_inter_pod_mesh_and_response_its_small_core_share():
     assert response.ocs == sorted([core[1], agg[2]]), "ToR-Agg-Core on each side"
     assert not set(dp.ocs) & set(response.ocs), \
         "DP and the response stream run together, so they never name the same OCS"
-    joined = {tuple(sorted((tor_of_port(shape, a)[0], tor_of_port(shape, b)[0])))
+    joined = {tuple(sorted((rfabric.core_tor(shape, a)[0], rfabric.core_tor(shape, b)[0])))
               for a, b in dp.circuits[core[0]]}
     assert joined == {(0, 1)}, "plane 0 meshes the two Train PoDs"
-    share = [(tor_of_port(shape, a), tor_of_port(shape, b)) for a, b in response.circuits[core[1]]]
+    share = [(rfabric.core_tor(shape, a), rfabric.core_tor(shape, b)) for a, b in response.circuits[core[1]]]
     assert len(share) == 1 and {share[0][0][0], share[0][1][0]} == {0, 2}, \
         "the last plane gives the Gen PoD one circuit (0.4 Tb/s at 400G) to a Train ToR"
 
@@ -185,9 +180,9 @@ def test_weight_sync_sizes_the_broadcast_in_the_gen_pod_on_agg_and_free_core_por
     tmpl = templates.for_kind("weight-sync", stage1 + stage2)
     gen_agg = [tuple(sorted(((a - 1) // shape.agg, (b - 1) // shape.agg)))
                for a, b in tmpl.circuits[agg[1]]]
-    in_pod_core = [tuple(sorted((tor_of_port(shape, a)[1], tor_of_port(shape, b)[1])))
+    in_pod_core = [tuple(sorted((rfabric.core_tor(shape, a)[1], rfabric.core_tor(shape, b)[1])))
                    for o in core.values() for a, b in tmpl.circuits[o]
-                   if tor_of_port(shape, a)[0] == tor_of_port(shape, b)[0] == 1]
+                   if rfabric.core_tor(shape, a)[0] == rfabric.core_tor(shape, b)[0] == 1]
     assert gen_agg.count((0, 1)) == 1, "the first level gets the one circuit it needs"
     assert in_pod_core.count((1, 2)) == 2, "the core ports stage 1 left free join the Gen ToRs"
     assert gen_agg.count((1, 2)) == 1, \
@@ -205,7 +200,7 @@ def test_weight_sync_gets_a_tree_from_train_tors_to_the_gen_pod():
     tree = {}
     for plane in core.values():
         for a, b in tmpl.circuits[plane]:
-            ends = sorted((tor_of_port(shape, a), tor_of_port(shape, b)))
+            ends = sorted((rfabric.core_tor(shape, a), rfabric.core_tor(shape, b)))
             if ends[1][0] == 2:
                 tree[plane] = ends
             else:
@@ -223,7 +218,7 @@ def test_weight_sync_tree_follows_the_phase_traffic():
     pairs = [(host[1, 1], host[2, 1], 100.0), (host[0, 0], host[2, 1], 50.0),
              (host[2, 1], host[2, 0], 999.0)]                 # in-PoD: not the core's business
     tmpl = templates.for_kind("weight-sync", pairs)
-    circuits = [(tor_of_port(shape, a), tor_of_port(shape, b))
+    circuits = [(rfabric.core_tor(shape, a), rfabric.core_tor(shape, b))
                 for o in sorted(roles(fab)[1].values()) for a, b in tmpl.circuits[o]]
     to_gen = [c for c in circuits if c[1][0] == 2]
     assert sorted(to_gen) == [((0, 0), (2, 1)), ((1, 1), (2, 1))], \

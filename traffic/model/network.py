@@ -269,9 +269,13 @@ class ModelNetwork:
             raise FabricError(f"no link {u}-{v} in {self.fabric.name}")
         self.down_links.add(frozenset((u, v)))
         self.capacity_bps[links] = 0.0
+        self._rebuild_wires()
+        return links
+
+    def _rebuild_wires(self) -> None:
+        """Rebuild after a failure or a restore: the packet hops change too."""
         self._packet_hops = None
         self.rebuild()
-        return links
 
     def _up(self, links: List[int]) -> List[int]:
         """Of ``links``, those with no end failed on its own (a link down, a node down)."""
@@ -288,8 +292,7 @@ class ModelNetwork:
         self.down_links.discard(frozenset((u, v)))
         up = self._up(links)
         self.capacity_bps[up] = self.nominal_bps[up]
-        self._packet_hops = None
-        self.rebuild()
+        self._rebuild_wires()
         return up
 
     def node_links(self, name: str) -> List[int]:
@@ -302,16 +305,14 @@ class ModelNetwork:
         links = self.node_links(name)
         self.down_nodes.add(name)
         self.capacity_bps[links] = 0.0
-        self._packet_hops = None
-        self.rebuild()
+        self._rebuild_wires()
         return links
 
     def restore_node(self, name: str) -> List[int]:
         self.down_nodes.discard(name)
         up = self._up(self.node_links(name))
         self.capacity_bps[up] = self.nominal_bps[up]
-        self._packet_hops = None
-        self.rebuild()
+        self._rebuild_wires()
         return up
 
     # ------------------------------------------------------------ paths
