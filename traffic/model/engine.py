@@ -515,10 +515,14 @@ class FlowSim:
         """Store pending edges src -> dst: one run per distinct src, in front of its list."""
         if len(src) == 0:
             return
-        order = np.argsort(src, kind="stable")
-        src, dst = src[order], dst[order]
-        bounds = np.concatenate(([0], np.flatnonzero(src[1:] != src[:-1]) + 1, [len(src)]))
-        run_src = src[bounds[:-1]]
+        if src.max() - src.min() <= 4 * len(src) + 1024:
+            run_src, bounds, dst = _group_by_source(src, dst)
+        else:       # few edges from far-apart flows: a counting sort would scan the gap
+            order = np.argsort(src, kind="stable")
+            src, dst = src[order], dst[order]
+            bounds = np.concatenate(([0], np.flatnonzero(src[1:] != src[:-1]) + 1,
+                                     [len(src)]))
+            run_src = src[bounds[:-1]]
         first_edge = self._edges_used
         self._edge_dst = self._append(self._edge_dst, first_edge, dst)
         self._edges_used += len(dst)
@@ -532,25 +536,8 @@ class FlowSim:
 
     def _dependents(self, finished: np.ndarray) -> np.ndarray:
         """Dependents of ``finished`` (with repeats); O(len(finished) + their edges)."""
-        found = []
-        runs = self._first_run[finished]
-        runs = runs[runs >= 0]
-        while len(runs):
-            starts = self._run_start[runs]
-            lengths = self._run_len[runs]
-            if len(runs) == 1:
-                start = int(starts[0])
-                found.append(self._edge_dst[start:start + int(lengths[0])])
-            else:
-                indptr = np.cumsum(lengths)
-                total = int(indptr[-1])
-                offsets = np.repeat(starts - (indptr - lengths), lengths)
-                found.append(self._edge_dst[np.arange(total, dtype=np.int64) + offsets])
-            runs = self._run_next[runs]
-            runs = runs[runs >= 0]
-        if not found:
-            return np.zeros(0, dtype=np.int64)
-        return found[0] if len(found) == 1 else np.concatenate(found)
+        return _walk_runs(finished, self._first_run, self._run_start, self._run_len,
+                          self._run_next, self._edge_dst)
 
     def _finish(self, done: np.ndarray) -> np.ndarray:
         """Mark flows DONE now; returns the dependents released now."""
@@ -561,10 +548,8 @@ class FlowSim:
             self.on_done(done, self.now)
         if len(dependents) == 0:
             return dependents
-        flows, counts = np.unique(dependents, return_counts=True)
-        self._deps_left[flows] -= counts
-        self._deps_end[flows] = self.now       # the latest end so far is now
-        ready = flows[(self._deps_left[flows] == 0) & (self._state[flows] == WAITING)]
+        ready = _count_down(dependents, self._deps_left, self._deps_end, self._state,
+                            self.now)
         delay = self._delay[ready]
         later = delay > 0
         self._schedule_releases(ready[later], self.now + delay[later])
@@ -685,6 +670,78 @@ def _gather_paths(tx, path_start, path_len, path_links):
         for j in range(path_len[tx[i]]):
             links[indptr[i] + j] = path_links[start + j]
     return indptr, links
+
+
+@njit(cache=True)
+def _walk_runs(finished, first_run, run_start, run_len, run_next, edge_dst):
+    """The dependents of ``finished``, with repeats: every edge of every run
+    in each flow's linked list of runs (see FlowSim's dependency edges)."""
+    total = 0
+    for flow in finished:
+        run = first_run[flow]
+        while run >= 0:
+            total += run_len[run]
+            run = run_next[run]
+    out = np.empty(total, dtype=np.int64)
+    k = 0
+    for flow in finished:
+        run = first_run[flow]
+        while run >= 0:
+            for e in range(run_start[run], run_start[run] + run_len[run]):
+                out[k] = edge_dst[e]
+                k += 1
+            run = run_next[run]
+    return out
+
+
+@njit(cache=True)
+def _count_down(dependents, deps_left, deps_end, state, now):
+    """One finished dependency per entry of ``dependents``: count each flow's
+    down, note ``now`` as its latest dependency end, and return, ascending,
+    those left with none that still wait (WAITING)."""
+    ready = np.empty(len(dependents), dtype=np.int64)
+    n_ready = 0
+    for flow in dependents:
+        deps_left[flow] -= 1
+        deps_end[flow] = now
+        if deps_left[flow] == 0 and state[flow] == 0:      # 0: WAITING
+            ready[n_ready] = flow
+            n_ready += 1
+    return np.sort(ready[:n_ready])
+
+
+@njit(cache=True)
+def _group_by_source(src, dst):
+    """Edges src -> dst grouped by source, each group in its given order: the
+    distinct sources ascending, the group bounds (CSR) and the destinations
+    in that order.  A counting sort over the sources' range: an edge batch of
+    a phase at 4,096 GPUs (1.3 million) took 0.3 s with numpy's stable
+    argsort."""
+    low, high = src.min(), src.max()
+    count = np.zeros(high - low + 2, dtype=np.int64)
+    for s in src:
+        count[s - low + 1] += 1
+    distinct = 0
+    for k in range(1, len(count)):
+        if count[k]:
+            distinct += 1
+        count[k] += count[k - 1]
+    grouped = np.empty(len(dst), dtype=np.int64)
+    fill = count[:-1].copy()
+    for e in range(len(src)):
+        k = src[e] - low
+        grouped[fill[k]] = dst[e]
+        fill[k] += 1
+    sources = np.empty(distinct, dtype=np.int64)
+    bounds = np.empty(distinct + 1, dtype=np.int64)
+    run = 0
+    for k in range(len(count) - 1):
+        if count[k + 1] > count[k]:
+            sources[run] = low + k
+            bounds[run] = count[k]
+            run += 1
+    bounds[distinct] = len(src)
+    return sources, bounds, grouped
 
 
 @njit(cache=True)

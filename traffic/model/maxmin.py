@@ -29,6 +29,21 @@ Compiled form (numba), one *round* per distinct bottleneck level:
 The tolerance makes links that tie in exact arithmetic tie in floating point
 too, so symmetric flows freeze in one round at one rate.
 
+What keeps a round cheap:
+
+* a link that a single flow crosses is that flow's cap, not a link: it is
+  never scanned (on a Clos most host links are such links);
+* the caps are sorted once, so each round's smallest unfrozen cap is at a
+  pointer that only moves forward;
+* one pass over the links still crossed by an unfrozen flow finds the level,
+  drops the links no unfrozen flow crosses any more, and keeps the few
+  within the tolerance of the smallest share so far as the round's
+  candidate bottlenecks.
+
+The rates are the same, bit for bit, as those of the plain rounds above
+(checked on recorded instances of every fabric at 2,048 GPUs: SiP-OCS's 140
+rounds an event took half the time, RFabric's 30 two thirds).
+
 Complexity: O(P + U) per round for the P (flow, link) pairs of the flows
 still unfrozen and the U links in use (renumbered 0..U-1 through a scratch
 table the caller may keep, so that a few flows on a 16K-GPU fabric do not
@@ -106,6 +121,10 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
     n_active = 0
     used = np.empty(len(links), dtype=np.int64)
     n_used = 0
+    # Per (flow, link) pair of the active flows, the link's local number: the
+    # passes below read it in order instead of looking it up again.
+    pair_u = np.empty(len(links), dtype=np.int64)
+    crossing = np.zeros(len(links), dtype=np.int64)
     for f in range(n_flows):
         start, stop = indptr[f], indptr[f + 1]
         if start == stop:
@@ -126,14 +145,12 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
                 local_id[link] = n_used
                 used[n_used] = link
                 n_used += 1
+            u = local_id[link]
+            pair_u[e] = u
+            crossing[u] += 1
     residual = np.empty(n_used)
-    crossing = np.zeros(n_used, dtype=np.int64)
     for u in range(n_used):
         residual[u] = capacity[used[u]]
-    for i in range(n_active):
-        f = active[i]
-        for e in range(indptr[f], indptr[f + 1]):
-            crossing[local_id[links[e]]] += 1
     # The unfrozen flows crossing each used link, as CSR: a round visits the
     # flows of its bottleneck links only, not every unfrozen flow's path.
     link_ptr = np.zeros(n_used + 1, dtype=np.int64)
@@ -144,30 +161,73 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
     for i in range(n_active):
         f = active[i]
         for e in range(indptr[f], indptr[f + 1]):
-            u = local_id[links[e]]
+            u = pair_u[e]
             link_flows[fill[u]] = f
             fill[u] += 1
     is_frozen = np.zeros(n_flows, dtype=np.bool_)
-    has_caps = False
+    # A link that only one flow crosses limits that flow alone: it is the
+    # flow's cap, not a link to scan every round.  A flow's host links are
+    # mostly such links, so this keeps a fraction of the used links in the
+    # rounds (a fifth of them on a Clos at 2,048 GPUs).
+    cap = np.empty(n_flows)
     for i in range(n_active):
-        if caps[active[i]] < np.inf:
-            has_caps = True
+        cap[active[i]] = caps[active[i]]
+    live = np.empty(n_used, dtype=np.int64)
+    n_live = 0
+    for u in range(n_used):
+        if crossing[u] == 1:
+            f = link_flows[link_ptr[u]]
+            if residual[u] < cap[f]:
+                cap[f] = residual[u]
+        else:
+            live[n_live] = u
+            n_live += 1
+    # The flows with a cap, smallest first: each round's smallest unfrozen
+    # cap is at a pointer that only moves forward.
+    n_capped = 0
+    for i in range(n_active):
+        if cap[active[i]] < np.inf:
+            n_capped += 1
+    capped = np.empty(n_capped, dtype=np.int64)
+    k = 0
+    for i in range(n_active):
+        if cap[active[i]] < np.inf:
+            capped[k] = active[i]
+            k += 1
+    capped = capped[np.argsort(cap[capped], kind="mergesort")]
+    next_cap = 0
     freezing = np.empty(n_active, dtype=np.int64)
-    # Each link's fair share, kept up to date for the links whose flows froze
-    # (+inf once none is left: it never bottlenecks again).
+    candidates = np.empty(n_used, dtype=np.int64)
+    # Each link's fair share, kept up to date for the links whose flows froze.
     share = np.empty(n_used)
     for u in range(n_used):
         share[u] = residual[u] / crossing[u]
     left = n_active
     while left > 0:
+        # One pass over the live links: drop those no unfrozen flow crosses
+        # any more, find the level, and keep every link that was within the
+        # tolerance of the smallest share so far (filtered below).
         level = np.inf
-        for u in range(n_used):
-            if share[u] < level:
-                level = share[u]
-        if has_caps:
-            for i in range(n_active):
-                if not is_frozen[active[i]] and caps[active[i]] < level:
-                    level = caps[active[i]]
+        bound = np.inf                  # level x (1 + tolerance)
+        n_candidates = 0
+        kept = 0
+        for j in range(n_live):
+            u = live[j]
+            if crossing[u] == 0:
+                continue
+            live[kept] = u
+            kept += 1
+            if share[u] <= bound:
+                if share[u] < level:
+                    level = share[u]
+                    bound = level * (1.0 + tolerance)
+                candidates[n_candidates] = u
+                n_candidates += 1
+        n_live = kept
+        while next_cap < n_capped and is_frozen[capped[next_cap]]:
+            next_cap += 1
+        if next_cap < n_capped and cap[capped[next_cap]] < level:
+            level = cap[capped[next_cap]]
         if level == np.inf:
             # Only unconstrained links and no caps: nothing limits these flows.
             for i in range(n_active):
@@ -176,7 +236,8 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
             break
         threshold = level * (1.0 + tolerance)
         n_freezing = 0
-        for u in range(n_used):
+        for c in range(n_candidates):
+            u = candidates[c]
             if share[u] <= threshold:
                 for k in range(link_ptr[u], link_ptr[u + 1]):
                     f = link_flows[k]
@@ -184,27 +245,27 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
                         is_frozen[f] = True
                         freezing[n_freezing] = f
                         n_freezing += 1
-        if has_caps:
-            for i in range(n_active):
-                f = active[i]
-                if not is_frozen[f] and caps[f] <= threshold:
-                    is_frozen[f] = True
-                    freezing[n_freezing] = f
-                    n_freezing += 1
+        while next_cap < n_capped and cap[capped[next_cap]] <= threshold:
+            f = capped[next_cap]
+            if not is_frozen[f]:
+                is_frozen[f] = True
+                freezing[n_freezing] = f
+                n_freezing += 1
+            next_cap += 1
         # Counts and residuals change only now: every bottleneck of this round
         # was found with the shares it started with.
         for i in range(n_freezing):
             f = freezing[i]
             rates[f] = min(level, caps[f])
             for e in range(indptr[f], indptr[f + 1]):
-                u = local_id[links[e]]
+                u = pair_u[e]
                 crossing[u] -= 1
                 # Rounding must not leave a link with a negative residual.
                 residual[u] = max(residual[u] - rates[f], 0.0)
         for i in range(n_freezing):
             f = freezing[i]
             for e in range(indptr[f], indptr[f + 1]):
-                u = local_id[links[e]]
+                u = pair_u[e]
                 share[u] = residual[u] / crossing[u] if crossing[u] > 0 else np.inf
         left -= n_freezing
     for u in range(n_used):

@@ -31,6 +31,7 @@ dark port are lost until the circuit lights.
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -73,9 +74,59 @@ def ecmp_hash(keys: np.ndarray, nodes: np.ndarray, seed: int) -> np.ndarray:
 
 def key_of(name: str) -> int:
     """A stable 63-bit key for a flow id (Python's hash() is salted per process)."""
-    import zlib
     data = name.encode()
     return (zlib.crc32(data) << 31) ^ zlib.adler32(data)
+
+
+def _crc32_table() -> np.ndarray:
+    """zlib's CRC-32 (reflected, polynomial 0xEDB88320) byte table."""
+    table = np.empty(256, dtype=np.uint64)
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0xEDB88320 if crc & 1 else crc >> 1
+        table[byte] = crc
+    return table
+
+
+_CRC32_TABLE = _crc32_table()
+
+
+@njit(cache=True)
+def _keys_of(prefix, buffer, starts, ends, table):
+    # zlib's crc32 and adler32 of prefix + buffer[start:end], as key_of does;
+    # the prefix's state is computed once and continued per name.
+    crc0, a0, b0 = np.uint64(0xFFFFFFFF), np.uint64(1), np.uint64(0)
+    for byte in prefix:
+        crc0 = table[(crc0 ^ np.uint64(byte)) & np.uint64(0xFF)] ^ (crc0 >> np.uint64(8))
+        a0 = (a0 + np.uint64(byte)) % np.uint64(65521)
+        b0 = (b0 + a0) % np.uint64(65521)
+    out = np.empty(len(starts), dtype=np.uint64)
+    for i in range(len(starts)):
+        crc, a, b = crc0, a0, b0
+        for j in range(starts[i], ends[i]):
+            byte = np.uint64(buffer[j])
+            crc = table[(crc ^ byte) & np.uint64(0xFF)] ^ (crc >> np.uint64(8))
+            a = (a + byte) % np.uint64(65521)
+            b = (b + a) % np.uint64(65521)
+        crc ^= np.uint64(0xFFFFFFFF)
+        out[i] = (crc << np.uint64(31)) ^ ((b << np.uint64(16)) | a)
+    return out
+
+
+def keys_of(prefix: str, names: Sequence[str]) -> np.ndarray:
+    """``key_of(prefix + name)`` of every name, as uint64, compiled: 1.4
+    million flow ids took 1.8 s one by one."""
+    try:
+        buffer = "\n".join(names).encode("ascii")
+        head = prefix.encode("ascii")
+    except UnicodeEncodeError:          # byte and character lengths differ: one by one
+        return np.fromiter((key_of(prefix + n) for n in names), dtype=np.uint64,
+                           count=len(names))
+    lengths = np.fromiter(map(len, names), dtype=np.int64, count=len(names))
+    ends = np.cumsum(lengths + 1) - 1             # each name is followed by one separator
+    return _keys_of(np.frombuffer(head, dtype=np.uint8), np.frombuffer(buffer, dtype=np.uint8),
+                    ends - lengths, ends, _CRC32_TABLE)
 
 
 class ModelNetwork:
