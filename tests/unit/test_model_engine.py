@@ -520,3 +520,20 @@ def test_dependencies_as_csr_give_the_same_run_as_lists():
     assert np.array_equal(ends[0], ends[1])
     with pytest.raises(ValueError, match="indptr has 2 entries for 3 flows"):
         Star(3).sim().add_flows([1, 1, 1], after=(np.array([0, 0]), np.array([], dtype=int)))
+
+
+def test_dependencies_on_far_apart_flows_are_all_counted():
+    # A batch whose sources lie far apart (grouped by numpy's sort) and one
+    # whose sources are close together (grouped by a counting sort) release
+    # their dependents when their last dependency ends.
+    sim = FlowSim([1e6], lambda flows: (np.arange(len(flows) + 1, dtype=np.int64),
+                                        np.zeros(len(flows), dtype=np.int64)))
+    first = sim.add_flows(np.arange(1.0, 5001.0))
+    far = sim.add_flows([10.0], after=[[first[0], first[-1]]])
+    close = sim.add_flows([10.0, 10.0], after=[[first[1]], [first[2], first[3], first[1]]])
+    sim.run()
+    assert np.all(sim.state == DONE)
+    end, released = sim.end_s, sim.released_s
+    assert released[far[0]] == end[first[-1]]
+    assert released[close[0]] == end[first[1]]
+    assert released[close[1]] == max(end[first[1]], end[first[2]], end[first[3]])

@@ -170,3 +170,35 @@ def test_unchecked_inputs_give_the_same_rates(seed):
     for caps in (None, np.where(rng.random(12) < 0.3, 1.0, np.inf)):
         assert np.array_equal(max_min_rates(indptr, links, capacity, caps),
                               max_min_rates(indptr, links, capacity, caps, check=False))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_paths_read_in_place_give_the_csr_rates(seed):
+    """The engine's form: each flow's path a slice of one array of every path,
+    in any order and with other paths between them."""
+    from traffic.model.maxmin import max_min_rates_of_paths
+
+    rng = np.random.default_rng(seed)
+    paths = [sorted(rng.choice(8, size=int(rng.integers(0, 5)), replace=False).tolist())
+             for _ in range(15)]
+    capacity = rng.uniform(0.5, 10.0, 8)
+    capacity[0] = 0.0 if seed % 3 == 0 else capacity[0]
+    caps = np.where(rng.random(15) < 0.3, rng.uniform(0.1, 5.0, 15), np.inf)
+    pool, starts = [], []
+    for path in reversed(paths):            # stored out of order, with gaps
+        pool += [int(rng.integers(8))] * int(rng.integers(0, 3))
+        starts.append(len(pool))
+        pool += path
+    starts = np.array(starts[::-1], dtype=np.int64)
+    lengths = np.array([len(p) for p in paths], dtype=np.int64)
+    got = max_min_rates_of_paths(starts, lengths, np.array(pool, dtype=np.int64), capacity,
+                                 caps, np.full(8, -1, dtype=np.int64))
+    assert np.array_equal(got, rates_of(paths, capacity, caps))
+
+
+def test_a_link_of_one_flow_caps_it_and_leaves_the_rest_to_the_others():
+    # f0 crosses a slow link alone and the shared one; f1 and f2 share the
+    # shared link: f0 gets its slow link's 1, the others split the remaining 9.
+    assert rates_of([[0, 1], [1], [1]], [1.0, 10.0]) == pytest.approx([1.0, 4.5, 4.5])
+    # ... and a tie between a one-flow link and a shared link freezes both at once.
+    assert rates_of([[0, 1], [1], [1]], [10.0 / 3, 10.0]) == pytest.approx([10 / 3] * 3)

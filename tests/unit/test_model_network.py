@@ -416,3 +416,12 @@ def test_restore_node_keeps_a_failed_link_down():
     _, net, edge, agg, down = _edge_restored_with_a_failed_link()
     assert all(net.capacity_bps[l] == 0 for l in down)
     assert net.node_path([edge, agg]).tolist() == [net.blackhole]
+
+
+def test_keys_of_is_key_of_for_every_name():
+    from traffic.model.network import keys_of
+
+    names = ["", "a", "train-dp-c0-o1-s3-r7", "x" * 300, "dé", "line\nbreak"]
+    for prefix in ("", "i2/weight-sync/", "é/"):
+        assert keys_of(prefix, names).tolist() == [key_of(prefix + n) for n in names]
+    assert keys_of("i1/", []).tolist() == []

@@ -247,6 +247,8 @@ def test_schedule_arrays_shared_by_two_fabrics_give_the_runs_of_their_own():
     position = {f.id: i for i, f in enumerate(flows)}
     assert [own.after[own.after_ptr[i]:own.after_ptr[i + 1]].tolist()
             for i in range(len(flows))] == [[position[d] for d in f.after] for f in flows]
+    # What the control proxy sizes circuits by, from the arrays: the same list.
+    assert all(arrays.pairs(i) == p.pairs() for i, p in enumerate(sched.phases))
 
     def times(name, shared):
         fab, _, _, sched_here = _setup(name)

@@ -103,7 +103,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 from numba import njit
 
-from traffic.model.maxmin import max_min_rates
+from traffic.model.maxmin import max_min_rates_of_paths
 
 # Flow states (values of FlowSim.state).
 WAITING = 0      # added, not released: waits for its dependencies or its time
@@ -499,14 +499,15 @@ class FlowSim:
             return
         tx = self._tx_ids[self._transmitting[self._tx_ids]]
         self._tx_ids = tx
-        indptr, links = _gather_paths(tx, self._path_start, self._path_len, self._path_links)
         if self._effective_capacity is None:
             self._effective_capacity = self._capacity * self.efficiency
             self._link_scratch = np.full(len(self._capacity), -1, dtype=np.int64)
         # Inputs already checked: capacities and caps when set, links when routed.
-        rates = max_min_rates(indptr, links, self._effective_capacity, self._cap[tx],
-                              check=False, scratch=self._link_scratch)
-        rates[self._path_len[tx] == 0] = 0.0          # no path yet (or a dead end): wait
+        lengths = self._path_len[tx]
+        rates = max_min_rates_of_paths(self._path_start[tx], lengths, self._path_links,
+                                       self._effective_capacity, self._cap[tx],
+                                       self._link_scratch)
+        rates[lengths == 0] = 0.0          # no path yet (or a dead end): wait
         self._tx_rate = rates
         self._rates_stale = False
         self.rate_computations += 1
@@ -657,20 +658,6 @@ class FlowSim:
 # ---------------------------------------------------------------- compiled steps
 # The per-event arithmetic over the transmitting flows, compiled: at about a
 # thousand flows an event, numpy's per-call cost was most of an event's.
-
-@njit(cache=True)
-def _gather_paths(tx, path_start, path_len, path_links):
-    """The paths of flows ``tx`` as one CSR (indptr, link ids)."""
-    indptr = np.zeros(len(tx) + 1, dtype=np.int64)
-    for i in range(len(tx)):
-        indptr[i + 1] = indptr[i] + path_len[tx[i]]
-    links = np.empty(indptr[-1], dtype=np.int64)
-    for i in range(len(tx)):
-        start = path_start[tx[i]]
-        for j in range(path_len[tx[i]]):
-            links[indptr[i] + j] = path_links[start + j]
-    return indptr, links
-
 
 @njit(cache=True)
 def _walk_runs(finished, first_run, run_start, run_len, run_next, edge_dst):

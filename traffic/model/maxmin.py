@@ -109,24 +109,40 @@ def max_min_rates(indptr, links, capacity, caps=None, *, check: bool = True,
             raise ValueError(f"link ids must be in [0, {n_links})")
     if scratch is None or len(scratch) != n_links:
         scratch = np.full(n_links, -1, dtype=np.int64)
-    return _progressive_filling(indptr, links, capacity, caps, scratch, RELATIVE_TOLERANCE)
+    return _progressive_filling(indptr[:-1], np.diff(indptr), links, capacity, caps, scratch,
+                                RELATIVE_TOLERANCE)
+
+
+def max_min_rates_of_paths(starts, lengths, links, capacity, caps, scratch) -> np.ndarray:
+    """`max_min_rates` with flow f crossing ``links[starts[f]:starts[f] +
+    lengths[f]]``: the engine's paths are slices of one array of every path
+    it ever gave, read in place.  Unchecked (the engine checks its inputs);
+    ``caps`` one per flow, ``scratch`` as in `max_min_rates` (required)."""
+    return _progressive_filling(starts, lengths, links, capacity, caps, scratch,
+                                RELATIVE_TOLERANCE)
 
 
 @njit(cache=True)
-def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
-    n_flows = len(indptr) - 1
+def _progressive_filling(starts, lengths, links, capacity, caps, local_id, tolerance):
+    n_flows = len(starts)
     rates = np.zeros(n_flows)
     # The flows still to freeze, and the links in use renumbered 0..n_used-1.
     active = np.empty(n_flows, dtype=np.int64)
     n_active = 0
-    used = np.empty(len(links), dtype=np.int64)
-    n_used = 0
-    # Per (flow, link) pair of the active flows, the link's local number: the
-    # passes below read it in order instead of looking it up again.
-    pair_u = np.empty(len(links), dtype=np.int64)
-    crossing = np.zeros(len(links), dtype=np.int64)
+    pairs = 0
     for f in range(n_flows):
-        start, stop = indptr[f], indptr[f + 1]
+        pairs += lengths[f]
+    used = np.empty(pairs, dtype=np.int64)
+    n_used = 0
+    # The active flows' paths in local link numbers, as CSR (flow f: pairs
+    # flow_ptr[f]..flow_ptr[f + 1]; none for a flow that is not active).
+    flow_ptr = np.zeros(n_flows + 1, dtype=np.int64)
+    flow_u = np.empty(pairs, dtype=np.int64)
+    crossing = np.zeros(pairs, dtype=np.int64)
+    p = 0
+    for f in range(n_flows):
+        start, stop = starts[f], starts[f] + lengths[f]
+        flow_ptr[f] = p
         if start == stop:
             rates[f] = caps[f]              # path-less: limited by its cap alone
             continue
@@ -146,8 +162,10 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
                 used[n_used] = link
                 n_used += 1
             u = local_id[link]
-            pair_u[e] = u
+            flow_u[p] = u
+            p += 1
             crossing[u] += 1
+    flow_ptr[n_flows] = p
     residual = np.empty(n_used)
     for u in range(n_used):
         residual[u] = capacity[used[u]]
@@ -160,8 +178,8 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
     fill = link_ptr[:n_used].copy()
     for i in range(n_active):
         f = active[i]
-        for e in range(indptr[f], indptr[f + 1]):
-            u = pair_u[e]
+        for e in range(flow_ptr[f], flow_ptr[f + 1]):
+            u = flow_u[e]
             link_flows[fill[u]] = f
             fill[u] += 1
     is_frozen = np.zeros(n_flows, dtype=np.bool_)
@@ -257,15 +275,15 @@ def _progressive_filling(indptr, links, capacity, caps, local_id, tolerance):
         for i in range(n_freezing):
             f = freezing[i]
             rates[f] = min(level, caps[f])
-            for e in range(indptr[f], indptr[f + 1]):
-                u = pair_u[e]
+            for e in range(flow_ptr[f], flow_ptr[f + 1]):
+                u = flow_u[e]
                 crossing[u] -= 1
                 # Rounding must not leave a link with a negative residual.
                 residual[u] = max(residual[u] - rates[f], 0.0)
         for i in range(n_freezing):
             f = freezing[i]
-            for e in range(indptr[f], indptr[f + 1]):
-                u = pair_u[e]
+            for e in range(flow_ptr[f], flow_ptr[f + 1]):
+                u = flow_u[e]
                 share[u] = residual[u] / crossing[u] if crossing[u] > 0 else np.inf
         left -= n_freezing
     for u in range(n_used):

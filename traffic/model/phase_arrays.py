@@ -46,6 +46,18 @@ class PhaseArrays:
     after_ptr: np.ndarray           # CSR: flow i waits for after[after_ptr[i]:after_ptr[i+1]]
     after: np.ndarray               # positions in the phase
 
+    def pairs(self) -> List[Tuple[str, str, int]]:
+        """`traffic.phases.Phase.pairs` from the arrays: (src, dst, bytes) summed
+        per host pair, in the order each pair first appears."""
+        if not len(self.src):
+            return []
+        pair = self.src * len(self.hosts) + self.dst
+        unique, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+        total = np.bincount(inverse, weights=self.nbytes)   # exact: whole bytes < 2**53
+        hosts = self.hosts
+        return [(hosts[p // len(hosts)], hosts[p % len(hosts)], int(total[k]))
+                for k, p in ((k, int(unique[k])) for k in np.argsort(first, kind="stable"))]
+
     @classmethod
     def of(cls, phase) -> "PhaseArrays":
         # Each field read by a C-level map over the flows, not a Python loop
@@ -85,6 +97,7 @@ class ScheduleArrays:
         self.schedule = schedule
         self.phases: List[PhaseArrays] = [PhaseArrays.of(p) for p in schedule.phases]
         self._keys: Dict[Tuple[int, int], np.ndarray] = {}
+        self._pairs: Dict[int, List[Tuple[str, str, int]]] = {}
 
     def keys(self, iteration: int, position: int) -> np.ndarray:
         """The ECMP keys of the flows of phase ``position`` in ``iteration``."""
@@ -94,9 +107,18 @@ class ScheduleArrays:
                                                       list(map(_ID, phase.dag.flows)))
         return self._keys[iteration, position]
 
+    def pairs(self, position: int) -> List[Tuple[str, str, int]]:
+        """``Phase.pairs()`` of phase ``position`` (what the control proxy sizes
+        its circuits by), made once."""
+        if position not in self._pairs:
+            self._pairs[position] = self.phases[position].pairs()
+        return self._pairs[position]
+
     def prepare(self, iterations: int) -> "ScheduleArrays":
-        """Make the keys of iterations 1..``iterations`` now (before a fork)."""
-        for iteration in range(1, iterations + 1):
-            for position in range(len(self.phases)):
+        """Make the keys of iterations 1..``iterations`` and every phase's pairs
+        now (before a fork)."""
+        for position in range(len(self.phases)):
+            self.pairs(position)
+            for iteration in range(1, iterations + 1):
                 self.keys(iteration, position)
         return self

@@ -233,7 +233,8 @@ class ModelIterationRunner:
             start = run.ready
             if self.proxy is not None:
                 self._send(lambda: self.proxy.phase_started(
-                    phase.name, phase.kind, run.ready - self.base, phase.pairs()))
+                    phase.name, phase.kind, run.ready - self.base,
+                    self.arrays.pairs(state.position)))
                 start = max(start, self.worker.ready_for(self.proxy.cache[phase.name].ocs))
             # The phase has started (its stall ends here); its flows go once the
             # emulator's replayer for it is up (`Calibration.phase_startup_s`).
