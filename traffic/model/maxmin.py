@@ -201,16 +201,13 @@ def _progressive_filling(starts, lengths, links, capacity, caps, local_id, toler
             n_live += 1
     # The flows with a cap, smallest first: each round's smallest unfrozen
     # cap is at a pointer that only moves forward.
+    capped = np.empty(n_active, dtype=np.int64)
     n_capped = 0
     for i in range(n_active):
         if cap[active[i]] < np.inf:
+            capped[n_capped] = active[i]
             n_capped += 1
-    capped = np.empty(n_capped, dtype=np.int64)
-    k = 0
-    for i in range(n_active):
-        if cap[active[i]] < np.inf:
-            capped[k] = active[i]
-            k += 1
+    capped = capped[:n_capped]
     capped = capped[np.argsort(cap[capped], kind="mergesort")]
     next_cap = 0
     freezing = np.empty(n_active, dtype=np.int64)

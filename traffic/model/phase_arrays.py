@@ -46,18 +46,6 @@ class PhaseArrays:
     after_ptr: np.ndarray           # CSR: flow i waits for after[after_ptr[i]:after_ptr[i+1]]
     after: np.ndarray               # positions in the phase
 
-    def pairs(self) -> List[Tuple[str, str, int]]:
-        """`traffic.phases.Phase.pairs` from the arrays: (src, dst, bytes) summed
-        per host pair, in the order each pair first appears."""
-        if not len(self.src):
-            return []
-        pair = self.src * len(self.hosts) + self.dst
-        unique, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
-        total = np.bincount(inverse, weights=self.nbytes)   # exact: whole bytes < 2**53
-        hosts = self.hosts
-        return [(hosts[p // len(hosts)], hosts[p % len(hosts)], int(total[k]))
-                for k, p in ((k, int(unique[k])) for k in np.argsort(first, kind="stable"))]
-
     @classmethod
     def of(cls, phase) -> "PhaseArrays":
         # Each field read by a C-level map over the flows, not a Python loop
@@ -109,9 +97,9 @@ class ScheduleArrays:
 
     def pairs(self, position: int) -> List[Tuple[str, str, int]]:
         """``Phase.pairs()`` of phase ``position`` (what the control proxy sizes
-        its circuits by), made once."""
+        its circuits by), made once for every fabric and iteration."""
         if position not in self._pairs:
-            self._pairs[position] = self.phases[position].pairs()
+            self._pairs[position] = self.schedule.phases[position].pairs()
         return self._pairs[position]
 
     def prepare(self, iterations: int) -> "ScheduleArrays":
