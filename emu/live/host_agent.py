@@ -6,7 +6,10 @@ where a fresh Python process per flow costs about a hundred: on a 2-core
 machine that CPU is taken from the datapath being measured.
 
 Protocol, JSON lines: stdin ``{"op": "arm", "id": ID, "spec": {...}}``
-(a ``emu.live.iperf_worker.ClientSpec``), ``{"op": "go", "id": ID}``,
+(a ``emu.live.iperf_worker.ClientSpec``; an optional ``"path"`` names the
+file its result is kept in, ``RESULTS_DIR/ID.json`` by default: an agent
+shared by several replays keeps each one's results with it),
+``{"op": "go", "id": ID}``,
 ``{"op": "cancel", "id": ID}`` (unarmed or running: the flow ends with no
 result), ``{"op": "quit"}``; stdout ``{"event": "ready"}``,
 ``{"event": "armed", "id": ID, "pid": PID}`` and
@@ -14,7 +17,7 @@ result), ``{"op": "quit"}``; stdout ``{"event": "ready"}``,
 hands its result to the agent through a pipe the moment its flow ends, and
 the agent tells at once (waiting for the child to exit and be reaped took
 12 ms here, on the critical path of every dependent flow); the result is
-also kept in ``RESULTS_DIR/ID.json``.  A child that ends with no result
+also kept in FILE.  A child that ends with no result
 (cancelled, killed) is reported, without "result", when it is reaped.
 
     python -m emu.live.host_agent --results DIR
@@ -76,11 +79,11 @@ def serve(results_dir: str) -> int:
         for key, _ in selector.select():
             if key.data == "child":
                 os.read(wake_r, 4096)
-                _reap(children, results, selector, results_dir)
+                _reap(children, results, selector)
                 continue
             if isinstance(key.data, _Result):
                 if key.data.open:   # reaping may have drained it in this round
-                    key.data.read(selector, results_dir)
+                    key.data.read(selector)
                 continue
             chunk = os.read(stdin_fd, 65536)
             if not chunk:
@@ -91,18 +94,19 @@ def serve(results_dir: str) -> int:
                 if line.strip() and not _command(json.loads(line), go_pipes, results,
                                                  children, selector, results_dir):
                     return 0
-        _reap(children, results, selector, results_dir)
+        _reap(children, results, selector)
 
 
 class _Result:
-    """The read end of one child's result pipe, and what has come through it."""
+    """The read end of one child's result pipe, what has come through it, and
+    the file the child keeps its result in."""
 
-    def __init__(self, flow_id: str, fd: int):
-        self.flow_id, self.fd, self.data = flow_id, fd, b""
+    def __init__(self, flow_id: str, fd: int, path: str):
+        self.flow_id, self.fd, self.path, self.data = flow_id, fd, path, b""
         self.open = True
         self.told = False               # its "done" has gone out
 
-    def read(self, selector, results_dir: str) -> None:
+    def read(self, selector) -> None:
         """Take what the pipe holds; tell "done" once a whole result line is in."""
         chunk = os.read(self.fd, 65536)
         self.data += chunk
@@ -111,14 +115,13 @@ class _Result:
         self.close(selector)
         if chunk:       # a whole result line; at EOF without one, reaping tells
             self.told = True
-            _emit({"event": "done", "id": self.flow_id,
-                   "path": os.path.join(results_dir, f"{self.flow_id}.json"),
+            _emit({"event": "done", "id": self.flow_id, "path": self.path,
                    "result": json.loads(self.data)})
 
-    def drain(self, selector, results_dir: str) -> None:
+    def drain(self, selector) -> None:
         """The child has exited: read what it left (its write end is closed)."""
         while self.open:
-            self.read(selector, results_dir)
+            self.read(selector)
 
     def close(self, selector) -> None:
         if self.open:
@@ -135,6 +138,7 @@ def _command(command: dict, go_pipes: Dict[str, int], results: Dict[str, _Result
         return False
     if op == "arm":
         flow_id = command["id"]
+        path = command.get("path") or os.path.join(results_dir, f"{flow_id}.json")
         go_r, go_w = os.pipe()
         result_r, result_w = os.pipe()
         pid = os.fork()
@@ -148,15 +152,14 @@ def _command(command: dict, go_pipes: Dict[str, int], results: Dict[str, _Result
                            *(pipe.fd for pipe in results.values() if pipe.open)]:
                     os.close(fd)
                 signal.set_wakeup_fd(-1)
-                _child(ClientSpec(**command["spec"]), go_r, result_w,
-                       os.path.join(results_dir, f"{flow_id}.json"))
+                _child(ClientSpec(**command["spec"]), go_r, result_w, path)
             except BaseException:
                 code = 1
             finally:
                 os._exit(code)
         os.close(go_r)
         os.close(result_w)
-        results[flow_id] = _Result(flow_id, result_r)
+        results[flow_id] = _Result(flow_id, result_r, path)
         selector.register(result_r, selectors.EVENT_READ, results[flow_id])
         go_pipes[flow_id] = go_w
         children[pid] = flow_id
@@ -178,8 +181,7 @@ def _command(command: dict, go_pipes: Dict[str, int], results: Dict[str, _Result
     return True
 
 
-def _reap(children: Dict[int, str], results: Dict[str, _Result], selector,
-          results_dir: str) -> None:
+def _reap(children: Dict[int, str], results: Dict[str, _Result], selector) -> None:
     """Reap exited children; tell "done" for each whose result never came."""
     while children:
         try:
@@ -192,10 +194,9 @@ def _reap(children: Dict[int, str], results: Dict[str, _Result], selector,
         if flow_id is None:
             continue
         pipe = results.pop(flow_id)
-        pipe.drain(selector, results_dir)
+        pipe.drain(selector)
         if not pipe.told:
-            _emit({"event": "done", "id": flow_id,
-                   "path": os.path.join(results_dir, f"{flow_id}.json")})
+            _emit({"event": "done", "id": flow_id, "path": pipe.path})
 
 
 def main(argv=None) -> int:

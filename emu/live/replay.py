@@ -47,6 +47,7 @@ class AgentProcess:
         self.proc = bed.popen(host, args, what, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
         self.ready = threading.Event()
+        self._send_lock = threading.Lock()    # replays side by side may share an agent
         threading.Thread(target=self._pump, args=(events,), daemon=True).start()
 
     def _pump(self, events: "queue.Queue") -> None:
@@ -59,8 +60,9 @@ class AgentProcess:
         events.put({"event": "agent-exit", "host": self.host})
 
     def send(self, command: dict) -> None:
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
+        with self._send_lock:
+            self.proc.stdin.write(json.dumps(command) + "\n")
+            self.proc.stdin.flush()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -78,6 +80,99 @@ class HostAgent(AgentProcess):
     def __init__(self, bed, host: str, results_dir: Path, events: "queue.Queue"):
         super().__init__(bed, host, [sys.executable, "-m", "emu.live.host_agent", "--results",
                                      str(results_dir)], f"host agent {host}", events)
+
+
+class AgentPool:
+    """Host agents kept for a whole run and shared by the replays in it.
+
+    A replay's own agents start with it: a Python process per receiving host
+    that imports the iperf3 wrapper.  On 16 emulated GPUs that took the RL
+    phases 0.4-2.4 s from their start to their first flow (more when two
+    phases started together), and 0.1-0.6 s to stop after their last one: a
+    phase of an RL iteration measured its replayer as much as its traffic.
+    A pool starts each host's agent once, on first use, and a replay given
+    one (``Replayer(agents=pool)``) only arms and fires flows through it.
+
+    Replays side by side may name flows alike (the same phase of two
+    iterations), so each replay takes a `PoolView`: its commands carry a
+    tag of its own in the flow id (``TAG:ID``) and the events come back to
+    its own queue with the id it gave.  ``close()`` stops every agent.
+    """
+
+    def __init__(self, bed, results_dir: Path):
+        self.bed = bed
+        self.results_dir = Path(results_dir)
+        self._agents: Dict[str, HostAgent] = {}
+        self._queues: Dict[str, "queue.Queue"] = {}
+        self._tags = iter(range(1, 1 << 62))
+        self._lock = threading.Lock()
+
+    def agent(self, host: str) -> HostAgent:
+        """The host's agent, started now if it is not yet (not waited for)."""
+        with self._lock:
+            if host not in self._agents:
+                self.results_dir.mkdir(parents=True, exist_ok=True)
+                self._agents[host] = HostAgent(self.bed, host, self.results_dir, self)
+            return self._agents[host]
+
+    def view(self, events: "queue.Queue") -> "PoolView":
+        """A replay's handle on the pool: its events go to ``events``."""
+        with self._lock:
+            tag = str(next(self._tags))
+            self._queues[tag] = events
+        return PoolView(self, tag)
+
+    def release(self, tag: str) -> None:
+        with self._lock:
+            self._queues.pop(tag, None)
+
+    def put(self, event: dict) -> None:
+        """An agent's event (the agents' pumps call this as their queue): a
+        flow's goes to the replay that tagged it; an agent's exit to all."""
+        with self._lock:
+            if "id" not in event:
+                targets = list(self._queues.values())
+            else:
+                tag, _, fid = event["id"].partition(":")
+                targets = [self._queues[tag]] if tag in self._queues else []
+                event = dict(event, id=fid)
+        for events in targets:
+            events.put(event)
+
+    def close(self) -> None:
+        with self._lock:
+            agents, self._agents = list(self._agents.values()), {}
+        for agent in agents:
+            agent.stop()
+
+
+class PoolView:
+    """One replay's use of an `AgentPool`: the agent of a host, as a replay
+    sees its own (``send``, ``ready``, ``stop``), with its flow ids tagged."""
+
+    def __init__(self, pool: AgentPool, tag: str):
+        self.pool, self.tag = pool, tag
+
+    def agent(self, host: str) -> "PooledAgent":
+        return PooledAgent(self.pool.agent(host), self.tag)
+
+    def release(self) -> None:
+        self.pool.release(self.tag)
+
+
+class PooledAgent:
+    """A pool's agent seen by one replay: its commands' flow ids tagged; it
+    outlives the replay (``stop`` leaves it running)."""
+
+    def __init__(self, agent: HostAgent, tag: str):
+        self.agent, self.tag = agent, tag
+        self.host, self.ready = agent.host, agent.ready
+
+    def send(self, command: dict) -> None:
+        self.agent.send(dict(command, id=f"{self.tag}:{command['id']}"))
+
+    def stop(self) -> None:
+        pass
 
 
 def start_server(bed, host: str, ip: str, port: int, name: str, on_ready) -> subprocess.Popen:
@@ -128,6 +223,8 @@ class Replayer:
     hears of the cancelled one): a gate frees what the old one held.
     ``window_bytes`` bounds every flow's TCP window (both ends' socket
     buffers, as ``iperf3 -w``; 0: TCP's own autotuning).
+    ``agents``: an `AgentPool` whose agents the replay uses instead of
+    starting (and stopping) its own.
     Every flow's server and client ports come from ``ports`` (a fresh book
     of the testbed's ECMP seed by default; replayers running side by side
     share one), drawn by ``port_key`` + the flow's id, so a flow takes the
@@ -142,7 +239,7 @@ class Replayer:
                  agent_hosts: Sequence[str] = (),
                  on_moved: Optional[Callable[[str, str], None]] = None,
                  window_bytes: int = 0, ports: Optional[PortBook] = None,
-                 port_key: str = ""):
+                 port_key: str = "", agents: Optional[AgentPool] = None):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -155,6 +252,8 @@ class Replayer:
         self.on_moved = on_moved
         self.window_bytes = window_bytes
         self.t0 = 0.0
+        self.finished_at: Optional[float] = None    # when the last flow ended
+        self._prepared = self._closed = False
         self.ports = ports if ports is not None else PortBook(bed.ecmp_seed)
         self.port_key = port_key
         self._port_of: Dict[str, Tuple[int, int]] = {}    # flow -> (server, client) port
@@ -165,6 +264,7 @@ class Replayer:
         self._agents: Dict[str, HostAgent] = {}
         self._servers: Dict[str, subprocess.Popen] = {}
         self._events: "queue.Queue" = queue.Queue()
+        self._pool = agents.view(self._events) if agents is not None else None
         self._armed: set = set()
         self._fired: Dict[str, float] = {}
         self._done: set = set()
@@ -187,13 +287,18 @@ class Replayer:
         return max(MIN_FLOW_TIMEOUT_S, 10 * flow.bytes * 8 / (self.expected_mbps * 1e6))
 
     # ------------------------------------------------------------ agents and arming
-    def _agent(self, host: str) -> HostAgent:
+    def _start_agent(self, host: str) -> HostAgent:
+        """The host's agent, this replay's own or the pool's (not waited for)."""
         if host not in self._agents:
-            agent = HostAgent(self.bed, host, self.work_dir, self._events)
-            self._agents[host] = agent
-            if not agent.ready.wait(AGENT_START_TIMEOUT_S):
-                raise RuntimeError(f"host agent on {host} did not start")
+            self._agents[host] = (self._pool.agent(host) if self._pool is not None else
+                                  HostAgent(self.bed, host, self.work_dir, self._events))
         return self._agents[host]
+
+    def _agent(self, host: str) -> HostAgent:
+        agent = self._start_agent(host)
+        if not agent.ready.wait(AGENT_START_TIMEOUT_S):
+            raise RuntimeError(f"host agent on {host} did not start")
+        return agent
 
     def _arm_at(self, flow: Flow) -> Optional[float]:
         """When ``flow`` may be armed, or None while that is not known yet.
@@ -227,7 +332,8 @@ class Replayer:
         spec = ClientSpec(dst=self._ip(flow.src), port=port, cport=cport, bytes=flow.bytes,
                           reverse=True, rate_mbps=flow.rate_mbps or 0.0,
                           congestion=self.bed.congestion, window_bytes=self.window_bytes)
-        self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec)})
+        self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec),
+                                    "path": str(self.work_dir / f"{fid}.json")})
         self._armed.add(fid)
 
     def post(self, callback: Callable[["Replayer"], None]) -> None:
@@ -321,10 +427,17 @@ class Replayer:
         return fid in self._fired
 
     # ------------------------------------------------------------ the loop
-    def run(self) -> List[FlowResult]:
+    def prepare(self) -> None:
+        """Take the ports, start the agents and arm the first wave now, ahead of
+        `run` (which does it otherwise): a caller that knows the replay is
+        coming (an RL phase waiting for the phases before it) keeps this off
+        the replay's clock.  Once; `close` undoes it if `run` never comes."""
+        if self._prepared:
+            return
         if self.dag.external:
             raise ValueError(f"the DAG waits for flows outside it: {list(self.dag.external)}; "
                              "merge it with the DAG that holds them first")
+        self._prepared = True
         self.flows = dict(self.dag.by_id())
         self._order = [f.id for f in self.dag.topological_order()]
         self.results = {fid: FlowResult(fid, f.src, f.dst, f.bytes, f.step, f.group)
@@ -332,14 +445,38 @@ class Replayer:
         for fid in self._order:         # in plan order: the same ports every run
             self._take_ports(fid)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        flows, results, fired, done = self.flows, self.results, self._fired, self._done
         try:
-            for host in sorted({f.dst for f in flows.values()} | set(self.agent_hosts)):
-                self._agents[host] = HostAgent(self.bed, host, self.work_dir, self._events)
+            for host in sorted({f.dst for f in self.flows.values()} | set(self.agent_hosts)):
+                self._start_agent(host)
             for agent in self._agents.values():
                 if not agent.ready.wait(AGENT_START_TIMEOUT_S):
                     raise RuntimeError(f"host agent on {agent.host} did not start")
             self._arm_first_wave()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop what the replay started (its own agents, servers, aborts); a
+        pool's agents go on.  Idempotent; `run` ends with it."""
+        if self._closed:
+            return
+        self._closed = True
+        while self._chores:
+            self._chores.popleft()()
+        for agent in self._agents.values():
+            agent.stop()            # a pool's agents go on
+        if self._pool is not None:
+            self._pool.release()
+        for server in self._servers.values():
+            reap(server)
+        for abort in self._aborts:
+            reap(abort)
+
+    def run(self) -> List[FlowResult]:
+        self.prepare()
+        flows, results, fired, done = self.flows, self.results, self._fired, self._done
+        try:
             self.t0 = time.time()
             pending_events = list(self.events)
 
@@ -427,15 +564,9 @@ class Replayer:
                             self.on_done(results[fid])
                 if self.progress:
                     self.progress(len(done), len(flows))
+            self.finished_at = time.time()
         finally:
-            while self._chores:
-                self._chores.popleft()()
-            for agent in self._agents.values():
-                agent.stop()
-            for server in self._servers.values():
-                reap(server)
-            for abort in self._aborts:
-                reap(abort)
+            self.close()
         return [results[fid] for fid in self._order]
 
     def _arm_first_wave(self) -> None:

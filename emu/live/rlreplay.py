@@ -3,7 +3,12 @@ optionally driving the RFabric control proxy (`controllers.proxy_core`).
 
 Each phase of an iteration runs in its own thread with its own `Replayer`, so
 phases that overlap in the one-step asynchronous layout (Train of batch i,
-Gen of batch i+1) overlap on the wire too.  A phase starts at its planned
+Gen of batch i+1) overlap on the wire too.  The replayers share one
+`AgentPool` for the whole run: a host's agent starts once, when a phase
+first sends to it.  A phase's replayer is made, and its first flows armed,
+when the iteration starts, while the phase waits for its time and for the
+phases before it; so a phase's time is its flows' (from its start to its
+last flow's end), not that of starting processes.  A phase starts at its planned
 offset from the iteration's start (``Phase.start_s``: the compute before it)
 and not before every phase in ``Phase.after`` has ended; the weight sync also
 waits ``optimizer_s`` after the DP all-reduce ends (the optimizer step runs
@@ -35,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from emu.live.ports import PortBook
-from emu.live.replay import FlowResult, Replayer
+from emu.live.replay import AgentPool, FlowResult, Replayer
 from traffic.iterations import (IterationRun, PhaseRun, dark_windows,  # noqa: F401
                                 named_flows, ready_time)
 
@@ -112,7 +117,9 @@ class IterationRunner:
                  optimizer_s: float = 0.0, proxy=None, log: Callable[[str], None] = print,
                  replayer=Replayer):
         self.bed, self.schedule, self.work_dir = bed, schedule, Path(work_dir)
-        self.replayer = replayer  # (bed, dag, mbps, work_dir, ports=, port_key=) -> .run()
+        # (bed, dag, mbps, work_dir, ports=, port_key=, agents=) -> .prepare(), .run(),
+        # .close(), .finished_at
+        self.replayer = replayer
         self.expected_mbps, self.optimizer_s = expected_mbps, optimizer_s
         self.proxy, self.log = proxy, log
         # One book for the phases that run side by side: no port twice on a host.
@@ -121,6 +128,7 @@ class IterationRunner:
         self.iterations: List[IterationRun] = []
         self._proxy_lock = threading.Lock()
         self.worker: Optional[ControlWorker] = None
+        self.agents: Optional[AgentPool] = None
         self.total = 0
 
     # ------------------------------------------------------------ proxy
@@ -147,7 +155,17 @@ class IterationRunner:
     # ------------------------------------------------------------ phases
     def _run_phase(self, run: PhaseRun, phase, t0: float, ends: Dict[str, float],
                    done: Dict[str, threading.Event], failed: List[str]) -> None:
+        replayer = None
         try:
+            replayer = self.replayer(self.bed, phase.dag, self.expected_mbps,
+                                     self.work_dir / f"i{run.iteration}" / phase.name,
+                                     ports=self.ports,
+                                     port_key=f"i{run.iteration}/{phase.name}/",
+                                     agents=self.agents)
+            # Its first flows armed while it waits for its time and for the
+            # phases before it, as a job's communicators exist before its
+            # collectives: the phase's time is then its traffic's.
+            replayer.prepare()
             for name in phase.after:
                 done[name].wait()
             if failed:
@@ -162,12 +180,9 @@ class IterationRunner:
                     phase.name, phase.kind, self._clock(run.ready), phase.pairs()))
                 self.worker.wait(self.proxy.cache[phase.name].ocs)
             run.start = time.time()
-            replayer = self.replayer(self.bed, phase.dag, self.expected_mbps,
-                                     self.work_dir / f"i{run.iteration}" / phase.name,
-                                     ports=self.ports,
-                                     port_key=f"i{run.iteration}/{phase.name}/")
             run.flows = replayer.run()
-            run.end = time.time()
+            # Its last flow's end, not the replayer's own teardown after it.
+            run.end = replayer.finished_at or time.time()
             bad = [f for f in run.flows if f.status != "ok"]
             if bad:
                 failed.append(f"{phase.name}: {len(bad)} of {len(run.flows)} flows failed "
@@ -180,6 +195,8 @@ class IterationRunner:
         finally:
             ends[phase.name] = run.end or time.time()
             done[phase.name].set()
+            if replayer is not None:
+                replayer.close()        # a phase that never ran (another failed)
 
     def _iteration(self, index: int) -> IterationRun:
         t0 = time.time()
@@ -209,6 +226,7 @@ class IterationRunner:
 
     def run(self, iterations: int) -> List[IterationRun]:
         self.worker = ControlWorker(self.bed, self._reconfigured)
+        self.agents = AgentPool(self.bed, self.work_dir / "agents")
         self.total = iterations
         self.base = time.time()
         try:
@@ -220,6 +238,7 @@ class IterationRunner:
             self.worker.drain()
         finally:
             self.worker.close()
+            self.agents.close()
         if self.worker.errors:
             raise RuntimeError("reconfiguration failed: " + "; ".join(self.worker.errors))
         return self.iterations

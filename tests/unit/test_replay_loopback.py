@@ -331,3 +331,89 @@ def test_the_clock_starts_once_the_first_waves_processes_are_ready(tmp_path):
     assert listening_at_t0 == ["now", "soon"]
     assert max(armed_at["now"], armed_at["soon"]) < player.t0 < armed_at["later"]
     assert armed_at["next"] > player.t0, "a flow that follows others is not in the first wave"
+
+
+def _agents_started(bed):
+    return [host for host, args in bed.started if "emu.live.host_agent" in args]
+
+
+def test_replays_sharing_an_agent_pool_start_each_agent_once_and_get_their_own_results(
+        tmp_path):
+    import threading
+
+    bed = LoopbackBed(["a", "b", "c"])
+    pool = replay.AgentPool(bed, tmp_path / "agents")
+    # Two replays side by side with the same flow ids (one phase of two
+    # iterations), then a third after them: every result goes to its replay.
+    dags = {"one": FlowDag([Flow("f", "a", "b", 200_000), Flow("g", "a", "c", 100_000)]),
+            "two": FlowDag([Flow("f", "c", "b", 100_000), Flow("g", "b", "c", 50_000)])}
+    results, finished = {}, {}
+
+    def replay_one(name):
+        replayer = Replayer(bed, dags[name], 1000.0, tmp_path / name, agents=pool,
+                            port_key=f"{name}/")
+        results[name] = {r.id: r for r in replayer.run()}
+        finished[name] = replayer.finished_at
+
+    try:
+        threads = [threading.Thread(target=replay_one, args=(name,)) for name in dags]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        replay_one("one")
+        for name, dag in dags.items():
+            for flow in dag.flows:
+                row = results[name][flow.id]
+                assert row.status == "ok", row
+                assert (row.src, row.dst, row.bytes_received) == (flow.src, flow.dst,
+                                                                  flow.bytes), row
+                assert (tmp_path / name / f"{flow.id}.json").is_file()
+            assert finished[name] >= max(r.end for r in results[name].values())
+        # One agent per receiving host for all three replays, still running.
+        assert sorted(_agents_started(bed)) == ["b", "c"]
+        agents = list(pool._agents.values())
+        assert all(agent.proc.poll() is None for agent in agents)
+    finally:
+        pool.close()
+    assert all(agent.proc.poll() is not None for agent in agents)
+
+
+def test_a_replay_without_a_pool_stops_its_own_agents(tmp_path):
+    bed = LoopbackBed(["a", "b"])
+    replayer = Replayer(bed, FlowDag([Flow("f", "a", "b", 50_000)]), 1000.0, tmp_path / "f")
+    assert replayer.run()[0].status == "ok"
+    assert _agents_started(bed) == ["b"]
+    assert all(agent.proc.poll() is not None for agent in replayer._agents.values())
+
+
+def test_a_prepared_replay_has_its_first_flows_armed_before_it_runs(tmp_path):
+    bed = LoopbackBed(["a", "b"])
+    pool = replay.AgentPool(bed, tmp_path / "agents")
+    try:
+        replayer = Replayer(bed, FlowDag([Flow("f", "a", "b", 50_000),
+                                          Flow("g", "b", "a", 50_000, after=("f",))]),
+                            1000.0, tmp_path / "r", agents=pool)
+        replayer.prepare()
+        assert replayer._armed == {"f"} and replayer._listening == {"f"}
+        assert replayer.t0 == 0.0, "the clock starts with run(), not prepare()"
+        servers = len([1 for _, args in bed.started if "--server" in args])
+        before = time.time()
+        results = {r.id: r for r in replayer.run()}
+        assert all(r.status == "ok" for r in results.values()), results
+        assert replayer.t0 >= before
+        assert len([1 for _, args in bed.started if "--server" in args]) == servers + 1
+        replayer.close()            # again: nothing left to stop
+    finally:
+        pool.close()
+
+
+def test_a_prepared_replay_that_never_runs_leaves_nothing_behind(tmp_path):
+    bed = LoopbackBed(["a", "b"])
+    replayer = Replayer(bed, FlowDag([Flow("f", "a", "b", 50_000)]), 1000.0, tmp_path / "r")
+    replayer.prepare()
+    server = replayer._servers["f"]
+    assert server.poll() is None
+    replayer.close()
+    assert server.poll() is not None
+    assert all(agent.proc.poll() is not None for agent in replayer._agents.values())

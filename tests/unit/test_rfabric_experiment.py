@@ -131,8 +131,16 @@ class FakeBed:
 class FakeReplayer:
     """Each flow takes its ideal time at 1 Gbit/s/1000 (fast), all at once."""
 
-    def __init__(self, bed, dag, mbps, work_dir, ports, port_key):
+    finished_at = None
+
+    def __init__(self, bed, dag, mbps, work_dir, ports, port_key, agents):
         self.dag = dag
+
+    def prepare(self):
+        pass
+
+    def close(self):
+        pass
 
     def run(self):
         start = time.time()

@@ -12,8 +12,9 @@ The model has five constants that max-min fairness alone does not give:
   routes or circuits applied and acknowledged), the unit of the six-step
   reconfiguration;
 * ``phase_startup_s``: from an RL phase's start to its first flow's first
-  byte: the replayer the emulator starts per phase (agents, servers, the
-  first clients) before any flow can go.
+  byte, beyond a flow's own set-up: the emulator's replayer telling the
+  phase's first flows (armed before the phase starts, on host agents the
+  run keeps) to go.
 
 They are measured by ``bench/model --calibrate`` on a single-flow bench of the
 emulator (one lone TCP flow over 3 switches at two sizes, on ``dataplane =

@@ -237,7 +237,7 @@ class ModelIterationRunner:
                     self.arrays.pairs(state.position)))
                 start = max(start, self.worker.ready_for(self.proxy.cache[phase.name].ocs))
             # The phase has started (its stall ends here); its flows go once the
-            # emulator's replayer for it is up (`Calibration.phase_startup_s`).
+            # emulator's replayer has told them to (`Calibration.phase_startup_s`).
             release = start + self.calibration.phase_startup_s
             if release > self.sim.now:
                 self.sim.at(release, lambda _s: self._start_flows(state, release, start))
