@@ -25,7 +25,8 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from emu.live.ports import PortBook
-from emu.live.replay import MIN_FLOW_TIMEOUT_S, AgentProcess, FlowResult
+from emu.live.agents import AgentProcess
+from emu.live.replay import MIN_FLOW_TIMEOUT_S, FlowResult
 from traffic.flows import FlowDag
 
 AGENT_PORT = 5600

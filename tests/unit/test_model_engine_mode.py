@@ -206,3 +206,28 @@ def test_rfabric_scale_refuses_a_gpu_count_rfabric_cannot_build(tmp_path, capsys
     assert _main(["rfabric-scale", "--check", "--set", "gpus=64", "--set", "sweep=mems",
                   "--set", "fabrics=clos,rfabric"], tmp_path) == 2
     assert "rfabric_scale.gpus" in capsys.readouterr().err
+
+
+def test_fabrics_are_handed_out_in_the_order_that_ends_soonest():
+    from emu.experiments.rfabric_scale import FABRICS, MODEL_COST_S, hand_out_order
+
+    def workers(order, jobs):
+        free, taken = [0.0] * jobs, [[] for _ in range(jobs)]
+        for index in order:
+            slot = free.index(min(free))
+            free[slot] += MODEL_COST_S[FABRICS[index]]
+            taken[slot].append(FABRICS[index])
+        return max(free), sorted(sorted(t) for t in taken)
+
+    order = hand_out_order(FABRICS, 2)
+    assert sorted(order) == list(range(len(FABRICS)))
+    # The longest first ends at 71 s; SiP-OCS beside ROFT ends at 64 s.
+    longest_first = sorted(range(len(FABRICS)), key=lambda i: -MODEL_COST_S[FABRICS[i]])
+    assert workers(longest_first, 2)[0] == 71.0
+    assert workers(order, 2) == (64.0, [["clos", "fattree-os", "rfabric"],
+                                        ["roft", "sip-ocs"]])
+    assert hand_out_order(FABRICS, 1) == list(range(len(FABRICS)))
+    # Specs with options, an unknown fabric (the median), and many fabrics.
+    assert hand_out_order(["rfabric,gpus=64", "hpn,gpus=64"], 2) in ([0, 1], [1, 0])
+    many = [f"f{i}" for i in range(8)] + ["sip-ocs"]
+    assert hand_out_order(many, 2)[0] == 8

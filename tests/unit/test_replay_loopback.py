@@ -18,6 +18,7 @@ from loopback_bed import LoopbackBed, owned_processes  # noqa: F401  (an autouse
 from traffic.flows import Flow, FlowDag
 from emu.live import replay
 from emu.live.ports import CLIENT_PORTS, SERVER_PORTS, PortBook
+from emu.live.agents import AgentPool
 from emu.live.replay import Replayer
 
 pytestmark = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3")
@@ -342,7 +343,7 @@ def test_replays_sharing_an_agent_pool_start_each_agent_once_and_get_their_own_r
     import threading
 
     bed = LoopbackBed(["a", "b", "c"])
-    pool = replay.AgentPool(bed, tmp_path / "agents")
+    pool = AgentPool(bed, tmp_path / "agents")
     # Two replays side by side with the same flow ids (one phase of two
     # iterations), then a third after them: every result goes to its replay.
     dags = {"one": FlowDag([Flow("f", "a", "b", 200_000), Flow("g", "a", "c", 100_000)]),
@@ -389,7 +390,7 @@ def test_a_replay_without_a_pool_stops_its_own_agents(tmp_path):
 
 def test_a_prepared_replay_has_its_first_flows_armed_before_it_runs(tmp_path):
     bed = LoopbackBed(["a", "b"])
-    pool = replay.AgentPool(bed, tmp_path / "agents")
+    pool = AgentPool(bed, tmp_path / "agents")
     try:
         replayer = Replayer(bed, FlowDag([Flow("f", "a", "b", 50_000),
                                           Flow("g", "b", "a", 50_000, after=("f",))]),
