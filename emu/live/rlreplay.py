@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from emu.live.ports import PortBook
 from emu.live.agents import AgentPool
+from emu.live.ports import PortBook
 from emu.live.replay import FlowResult, Replayer
 from traffic.iterations import (IterationRun, PhaseRun, dark_windows,  # noqa: F401
                                 named_flows, ready_time)
