@@ -30,6 +30,7 @@ from mininet.topo import Topo
 
 from topologies.fabric import HOST, OCS, Fabric
 from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, link_mbps, machine_name
+from topologies.routing import MULTIPATH_HASH_FIELDS
 
 OVS, LINUX = "ovs", "linux"
 
@@ -39,13 +40,6 @@ _COMMON_SYSCTLS = ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.di
                    "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0",
                    "net.ipv4.conf.all.send_redirects=0",
                    "net.ipv4.conf.default.send_redirects=0")
-#: The multipath hash of a forwarded packet: addresses, protocol and ports
-#: (fib_multipath_hash_fields 0x37), what a switch's ECMP hashes.  Not policy 1:
-#: that one takes the hash a packet already carries, and a packet sent from a
-#: socket carries the socket's random one (re-drawn at a retransmission
-#: timeout) across veths, so a flow's path was a coin flip per connection,
-#: could change mid-flow, and differed from the path asked of the kernel.
-MULTIPATH_HASH_FIELDS = 0x37
 ROUTER_SYSCTLS = _COMMON_SYSCTLS + ("net.ipv4.ip_forward=1",
                                     # multipath by the flow's five-tuple, not per packet
                                     "net.ipv4.fib_multipath_hash_policy=3",

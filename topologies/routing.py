@@ -20,6 +20,16 @@ from topologies.fabric import EPS, HOST
 NextHops = Dict[str, Dict[str, Tuple[int, ...]]]
 
 
+#: The multipath hash of a forwarded packet on kernel routers: addresses,
+#: protocol and ports (fib_multipath_hash_fields 0x37 with policy 3), what a
+#: switch's ECMP hashes.  Not policy 1: that one takes the hash a packet
+#: already carries, and a packet sent from a socket carries the socket's
+#: random one (re-drawn at a retransmission timeout) across veths, so a
+#: flow's path was a coin flip per connection, could change mid-flow, and
+#: differed from the path asked of the kernel.  `traffic.model.kernel_ecmp`
+#: computes the same hash.
+MULTIPATH_HASH_FIELDS = 0x37
+
 def _hop_distances(logical: nx.MultiGraph, dst: str, transit_hosts: bool) -> Dict[str, int]:
     """BFS distances to dst, never passing through another host."""
     dist = {dst: 0}

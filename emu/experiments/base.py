@@ -109,6 +109,25 @@ def model_calibration(ctx: Context):
     return cal.for_real_world(host_gbps(ctx.fabric))
 
 
+def model_kernel_keys(ctx: Context, fabric: Fabric):
+    """The flows' kernel multipath hashes for the model (`traffic.model.kernel_ecmp`)
+    when the emulated run would fix every path: the ``linux`` data plane (as
+    asked, or as ``auto`` picks it on this machine), a nonzero ECMP seed and a
+    kernel whose routers take the seed's hash key.  None otherwise: the model
+    then draws each flow's path with its own hash."""
+    from emu.live import dataplane
+    from traffic import ports
+    from traffic.model.kernel_ecmp import KernelFlowKeys
+
+    testbed = ctx.scenario.config["testbed"]
+    seed = testbed["ecmp_seed"]
+    if seed == ports.KERNEL_SEED or not ports.MULTIPATH_SEED_SYSCTL.exists():
+        return None
+    if dataplane.choose(testbed.get("dataplane", dataplane.AUTO)).dataplane != dataplane.LINUX:
+        return None
+    return KernelFlowKeys(fabric, seed)
+
+
 def build_fabric(scenario) -> Optional[Fabric]:
     """The scenario's fabric, or None for an experiment without one."""
     if not scenario.experiment.needs_fabric:

@@ -50,7 +50,7 @@ from typing import Dict, List, Optional
 from controllers.ocs_core import TECHNOLOGIES
 from controllers.proxy_core import MODES, ControlProxy
 from emu.experiments.base import (Context, Experiment, Network, Outcome, build_fabric,
-                                  model_calibration)
+                                  model_calibration, model_kernel_keys)
 from emu.schema import Field
 from topologies import cost, registry
 from topologies.fabric import Fabric, FabricError, ScaleError
@@ -426,9 +426,14 @@ def model_run(ctx: Context) -> Outcome:
     for name in s["fabrics"]:
         fabric, sched, proxy = _fabric_run_parts(specs[name], cfg, scale, s)
         ctx.log(f"  {name} ({specs[name]}): {len(sched.phases)} phases, modelled")
+        kernel_keys = model_kernel_keys(ctx, fabric)
+        if kernel_keys is not None and name == s["fabrics"][0]:
+            ctx.log("  paths: the kernel routers' multipath hash of each flow's ports "
+                    f"(linux data plane, ECMP seed {seed}), as the emulator's")
         runner = ModelIterationRunner(fabric, sched, lambda g: scale.emu_mbps(g) * 1e6, cal,
                                       optimizer_s=scale.emu_seconds(cfg.compute.optimizer_s),
-                                      proxy=proxy, ecmp_seed=seed, tdf=scale.tdf, log=ctx.log)
+                                      proxy=proxy, ecmp_seed=seed, tdf=scale.tdf, log=ctx.log,
+                                      kernel_keys=kernel_keys)
         runner.run(s["iterations"])
         flows += runner.flows(name)
         records.append(FabricRecord(name, specs[name], runner.iterations, proxy,

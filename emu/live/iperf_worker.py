@@ -11,7 +11,7 @@ handle: the byte count (``-n``), the pacing timer, the TCP congestion control
 the kernel's pacing of a TCP socket (``--fq-rate``: smooth, where
 iperf3's own ``-b`` sends in bursts), the socket buffers (``-w``) and the
 data stream's client port (``--cport``: a port drawn from the run's ECMP
-seed, `emu.live.ports`).  Interval reports are
+seed, `traffic.ports`).  Interval reports are
 switched off, so that the JSON the wrapper captures through a pipe stays
 small however long the flow.
 

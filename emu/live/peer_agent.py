@@ -24,7 +24,7 @@ Protocol, JSON lines: stdin ``{"op": "flow", "id": ID, "dst": IP, "port": P,
 it: at ``t0 + delay_s`` if it waits for nothing, else ``delay_s`` after the
 last of ``after`` arrived; the connection to the peer, opened by the first
 flow to it, binds ``sport`` when not 0: a port drawn from the run's ECMP
-seed, `emu.live.ports`), ``{"op": "done", "id": ID, "end": EPOCH}`` (a flow this
+seed, `traffic.ports`), ``{"op": "done", "id": ID, "end": EPOCH}`` (a flow this
 host did not receive has arrived), ``{"op": "quit"}``; stdout
 ``{"event": "ready"}``, ``{"event": "started", "id": ID, "start": EPOCH,
 "sport": P, "dport": P}``, ``{"event": "written", "id": ID, "retransmits":

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-from emu.live.ports import PortBook
+from traffic.ports import PortBook
 from emu.live.agents import AgentProcess
 from emu.live.replay import MIN_FLOW_TIMEOUT_S, FlowResult
 from traffic.flows import FlowDag
@@ -89,7 +89,7 @@ class PeerReplayer:
         """The local port of each kept connection (source, destination): drawn
         from the testbed's ECMP seed by the pair, in plan order, so that a pair's
         connection takes the same ECMP path in every run of one seed
-        (`emu.live.ports`); 0, the kernel's pick, for seed 0."""
+        (`traffic.ports`); 0, the kernel's pick, for seed 0."""
         book, flows, sports = PortBook(self.bed.ecmp_seed), self.dag.by_id(), {}
         for fid in order:
             pair = (flows[fid].src, flows[fid].dst)

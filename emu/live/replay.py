@@ -24,7 +24,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 from emu.live import state
 from emu.live.agents import AgentPool, HostAgent
-from emu.live.ports import PortBook
+from traffic.ports import PortBook
 from traffic.flows import Flow, FlowDag
 from traffic.results import FlowResult  # noqa: F401  (re-exported: callers import it here)
 from emu.live.iperf_worker import SERVER_READY, ClientSpec, server_command
@@ -91,7 +91,7 @@ class Replayer:
     Every flow's server and client ports come from ``ports`` (a fresh book
     of the testbed's ECMP seed by default; replayers running side by side
     share one), drawn by ``port_key`` + the flow's id, so a flow takes the
-    same ECMP path in every replay of one seed (`emu.live.ports`).
+    same ECMP path in every replay of one seed (`traffic.ports`).
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,

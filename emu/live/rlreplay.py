@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from emu.live.agents import AgentPool
-from emu.live.ports import PortBook
+from traffic.ports import PortBook
 from emu.live.replay import FlowResult, Replayer
 from traffic.iterations import (IterationRun, PhaseRun, dark_windows,  # noqa: F401
                                 named_flows, ready_time)

@@ -33,10 +33,11 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
-from emu.live import drops, hostroutes, ovs, ports, shaping, state
+from emu.live import drops, hostroutes, ovs, shaping, state
 from emu.live.waiting import wait_until
 from topologies.fabric import HOST, Fabric
 from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, machine_name
+from traffic import ports
 from traffic.scale import Scale
 
 CONTROLLER_START_TIMEOUT_S = 30.0
@@ -83,9 +84,6 @@ def _quiet_htb_quantum_warnings() -> None:
 # Mininet types commands into each node's shell through a pty, whose line
 # discipline cuts lines at 4096 characters: batches stay well below that.
 MAX_COMMAND_LINE = 3000
-#: Kernels before 6.11 have no settable multipath hash key: their routers
-#: hash with the boot's random one (`emu.live.ports`).
-MULTIPATH_SEED_SYSCTL = Path("/proc/sys/net/ipv4/fib_multipath_hash_seed")
 
 
 def _run_batch(node, commands, what: str) -> None:
@@ -153,7 +151,7 @@ class Testbed:
         self.asked_dataplane = dataplane
         self.congestion = congestion
         # Flows' ports and the routers' multipath hash key come from it, so
-        # a run's ECMP paths repeat (`emu.live.ports`); 0: the kernel's own.
+        # a run's ECMP paths repeat (`traffic.ports`); 0: the kernel's own.
         self.ecmp_seed = ecmp_seed
         self.multipath_hash_seed: Optional[int] = None   # what the namespaces were given
         self.fabric = fabric
@@ -324,7 +322,7 @@ class Testbed:
                  f"{len(self.net.links)} links in {self.build_s:.1f} s")
 
     def _seed_ecmp(self) -> None:
-        """What a run's ECMP seed needs of the namespaces (`emu.live.ports`).
+        """What a run's ECMP seed needs of the namespaces (`traffic.ports`).
 
         Every namespace that routes (hosts, kernel routers) gets the
         multipath hash key drawn from the seed, where the kernel lets it be
@@ -337,7 +335,7 @@ class Testbed:
         if self.ecmp_seed == ports.KERNEL_SEED:
             return
         key = ports.multipath_hash_seed(self.ecmp_seed)
-        keyed = MULTIPATH_SEED_SYSCTL.exists()
+        keyed = ports.MULTIPATH_SEED_SYSCTL.exists()
         set_key = [f"sysctl -q -w net.ipv4.fib_multipath_hash_seed={key}"] if keyed else []
         for host in self.net.hosts:
             _run_batch(host, ["sysctl -q -w net.ipv4.tcp_max_tw_buckets=0"] + set_key,

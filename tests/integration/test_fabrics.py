@@ -20,7 +20,6 @@ from controllers.control import ControlClient
 from emu.experiments.base import host_gbps
 from emu.experiments.lab import connected_host_sets
 from traffic.scale import Scale
-from emu.live.ports import multipath_hash_seed
 from emu.live.replay import Replayer
 from emu.live.testbed import Testbed
 from emu.live.waiting import WaitTimeout, wait_until
@@ -28,6 +27,7 @@ from tests.integration.utils import assert_no_leftovers
 from topologies import registry, routing
 from topologies.fabric import EPS, HOST, OCS
 from traffic.flows import Flow, FlowDag
+from traffic.ports import multipath_hash_seed
 
 pytestmark = pytest.mark.require_root
 

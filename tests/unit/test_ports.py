@@ -1,4 +1,4 @@
-"""Ports drawn from the ECMP seed (`emu.live.ports`): the same for one seed,
+"""Ports drawn from the ECMP seed (`traffic.ports`): the same for one seed,
 others for another, never one port twice on a host."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from emu.live.ports import CLIENT_PORTS, SERVER_PORTS, PortBook, draw, multipath_hash_seed
+from traffic.ports import CLIENT_PORTS, SERVER_PORTS, PortBook, draw, multipath_hash_seed
 
 
 def test_a_draw_depends_on_seed_and_key_only_and_stays_in_its_range():

@@ -17,7 +17,7 @@ from loopback_bed import LoopbackBed, owned_processes  # noqa: F401  (an autouse
 
 from traffic.flows import Flow, FlowDag
 from emu.live import replay
-from emu.live.ports import CLIENT_PORTS, SERVER_PORTS, PortBook
+from traffic.ports import CLIENT_PORTS, SERVER_PORTS, PortBook
 from emu.live.agents import AgentPool
 from emu.live.replay import Replayer
 

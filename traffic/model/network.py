@@ -16,7 +16,10 @@ forward (SiP-OCS), and without Rail-Fabric's fast lanes, which carry only
 pinned flows.  Each switch spreads flows over its equal-cost next hops by a
 hash of the flow's key, as a kernel router hashes a five-tuple; the model's
 hash is its own (seeded by ``ecmp_seed``), so a flow's path is a draw of the
-same ECMP choice, not the emulator's exact draw.
+same ECMP choice, not the emulator's exact draw.  With ``kernel_multipath``
+the keys are the kernel routers' own hashes of the flows
+(`traffic.model.kernel_ecmp`) and each router picks among its next hops in
+port order as the kernel does: the paths of a ``linux`` data plane run.
 
 For speed at 16K GPUs the distances are computed once per routing state
 between *routing nodes* only (packet switches, and hosts where hosts
@@ -41,6 +44,7 @@ from numba import njit
 from scipy.sparse.csgraph import shortest_path
 
 from topologies.fabric import EPS, HOST, OCS, Fabric, FabricError
+from traffic.model.kernel_ecmp import hash_threshold, host_part
 
 UNREACHABLE = np.iinfo(np.int32).max
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -139,9 +143,10 @@ class ModelNetwork:
     """
 
     def __init__(self, fabric: Fabric, bps_of: Callable[[float], float] = lambda g: g * 1e9,
-                 ecmp_seed: int = 1):
+                 ecmp_seed: int = 1, kernel_multipath: bool = False):
         self.fabric = fabric
         self.ecmp_seed = int(ecmp_seed)
+        self.kernel_multipath = kernel_multipath
         graph = fabric.graph
         self.names: List[str] = list(graph.nodes)
         self.index: Dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -149,7 +154,7 @@ class ModelNetwork:
         # A node's kind, looked up millions of times by each rebuild.
         self._kind_of: Dict[str, str] = {n: graph.nodes[n]["kind"] for n in self.names}
         self.transit_hosts = bool(fabric.params.get("transit_hosts", False))
-        src, dst, caps = [], [], []
+        src, dst, caps, port = [], [], [], []
         # (u, v) -> [(port on u, link u->v)] over parallel wires, in port order
         self._wires: Dict[Tuple[str, str], List[Tuple[int, int]]] = defaultdict(list)
         # (ocs, port) -> (node wired there, link node->ocs, link ocs->node)
@@ -162,6 +167,7 @@ class ModelNetwork:
                 src.append(self.index[a])
                 dst.append(self.index[b])
                 caps.append(bps_of(data["gbps"]))
+                port.append(data["ports"][a])
                 self._wires[a, b].append((data["ports"][a], link))
             for ocs, node in ((u, v), (v, u)):
                 if graph.nodes[ocs]["kind"] == OCS and graph.nodes[node]["kind"] != OCS:
@@ -176,6 +182,8 @@ class ModelNetwork:
         src.append(-1)
         dst.append(-1)
         caps.append(0.0)
+        port.append(-1)
+        self.link_port = np.array(port, dtype=np.int64)    # the port it leaves its source by
         self.link_src = np.array(src, dtype=np.int64)
         self.link_dst = np.array(dst, dtype=np.int64)
         self.nominal_bps = np.array(caps, dtype=float)
@@ -241,6 +249,7 @@ class ModelNetwork:
         routers = [n for n in self.names if self.routing_node(n) and n not in self.down_nodes]
         self.router_ids = {n: i for i, n in enumerate(routers)}
         self.routers = routers
+        self.router_is_host = np.array([self._kind_of[n] == HOST for n in routers], dtype=np.bool_)
         count = len(routers)
         self._attach = {}
         rows, cols = [], []
@@ -300,7 +309,12 @@ class ModelNetwork:
             hops.append(e + lo)
         keys = np.concatenate(keys) if keys else np.empty(0, dtype=np.int64)
         hops = np.concatenate(hops) if hops else np.empty(0, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
+        if self.kernel_multipath:
+            # A kernel route lists its next hops in port order
+            # (`topologies.routing.next_hops`), and the hash picks by position.
+            order = np.lexsort((self.link_port[self.adj_link1[hops]], keys))
+        else:
+            order = np.argsort(keys, kind="stable")
         self.nh_hop = hops[order]
         self.nh_ptr = np.zeros(count * count + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys, minlength=count * count), out=self.nh_ptr[1:])
@@ -417,7 +431,8 @@ class ModelNetwork:
                            np.ascontiguousarray(keys, dtype=np.uint64),
                            self.dist, self.nh_ptr, self.nh_hop, self.adj_nbr,
                            self.adj_link1, self.adj_link2,
-                           np.uint64(self.ecmp_seed & 0xFFFFFFFF), self.blackhole)
+                           np.uint64(self.ecmp_seed & 0xFFFFFFFF), self.blackhole,
+                           self.kernel_multipath, self.router_is_host)
 
     def node_path(self, nodes: Sequence[str]) -> np.ndarray:
         """Link ids along an explicit node path (a planned KV path, a pin).
@@ -487,10 +502,12 @@ class ModelNetwork:
 
 @njit(cache=True)
 def _walk_paths(origin, target, keys, dist, nh_ptr, nh_hop, adj_nbr, adj_link1, adj_link2,
-                seed, blackhole):
+                seed, blackhole, kernel, is_host):
     """Every flow's links, hop by hop: the link up from its host (if any), at
     each router the next hop its hash picks among those one step closer, and
     the link down to its host, or the blackhole when there is no path.
+    ``kernel``: the keys are kernel multipath hashes (`traffic.model.kernel_ecmp`),
+    picked by threshold, a host's (``is_host``) by its own part of the key.
     Compiled: the engine routes a few flows at almost every event."""
     n = len(keys)
     count = dist.shape[0]
@@ -518,8 +535,12 @@ def _walk_paths(origin, target, keys, dist, nh_ptr, nh_hop, adj_nbr, adj_link1, 
                 key = cur * count + goal
                 start = nh_ptr[key]
                 width = nh_ptr[key + 1] - start
-                pick = _mix(keys[i], np.uint64(cur), seed) % np.uint64(max(width, 1))
-                chosen = nh_hop[start + np.int64(pick)]
+                if kernel:
+                    value = host_part(keys[i]) if is_host[cur] else keys[i] & np.uint64(0xFFFFFFFF)
+                    pick = np.int64(hash_threshold(value, max(width, 1)))
+                else:
+                    pick = np.int64(_mix(keys[i], np.uint64(cur), seed) % np.uint64(max(width, 1)))
+                chosen = nh_hop[start + pick]
                 out[used] = adj_link1[chosen]
                 used += 1
                 if adj_link2[chosen] >= 0:

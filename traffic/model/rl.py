@@ -41,6 +41,7 @@ from controllers.ocs_core import OcsCore
 from traffic.iterations import IterationRun, PhaseRun, dark_windows, named_flows, ready_time
 from traffic.model.calibration import Calibration
 from traffic.model.engine import FlowSim
+from traffic.model.kernel_ecmp import KernelFlowKeys
 from traffic.model.network import ModelNetwork
 from traffic.model.phase_arrays import ScheduleArrays
 from traffic.results import FlowResult
@@ -137,12 +138,18 @@ class ModelIterationRunner:
                  calibration: Calibration, optimizer_s: float = 0.0, proxy=None,
                  ecmp_seed: int = 1, tdf: float = 1.0,
                  log: Callable[[str], None] = print, progress=None, keep_flows: bool = True,
-                 coalesce: float = 0.0, arrays: Optional[ScheduleArrays] = None):
+                 coalesce: float = 0.0, arrays: Optional[ScheduleArrays] = None,
+                 kernel_keys: Optional[KernelFlowKeys] = None):
         self.fabric, self.schedule = fabric, schedule
         # The flows as arrays: built here, or shared by the caller (one
         # schedule modelled on several fabrics).
         self.arrays = arrays if arrays is not None else ScheduleArrays(schedule)
-        self.net = ModelNetwork(fabric, bps_of, ecmp_seed=ecmp_seed)
+        # A linux data plane run's own paths: each flow keyed by the kernel
+        # routers' hash of its ports, taken as the emulator's replayers take them.
+        self.kernel_keys = kernel_keys
+        self._iteration_keys: Dict[int, np.ndarray] = {}
+        self.net = ModelNetwork(fabric, bps_of, ecmp_seed=ecmp_seed,
+                                kernel_multipath=kernel_keys is not None)
         self.calibration, self.optimizer_s, self.proxy = calibration, optimizer_s, proxy
         self.log = log
         # Per-flow records cost memory and time at full scale: the phase times
@@ -213,7 +220,8 @@ class ModelIterationRunner:
         hosts = np.array([index[h] for h in arrays.hosts], dtype=np.int64)
         self._append("_src", hosts[arrays.src])
         self._append("_dst", hosts[arrays.dst])
-        self._append("_key", self.arrays.keys(run.iteration, state.position))
+        self._append("_key", self._iteration_keys[state.position] if self.kernel_keys
+                     else self.arrays.keys(run.iteration, state.position))
         self._append("_owner", np.full(count, state.index, dtype=np.int64))
         self.sim.add_flows(arrays.nbytes, delay_s=arrays.at_s,
                            after=(arrays.after_ptr, arrays.after + first), base_s=t,
@@ -287,6 +295,12 @@ class ModelIterationRunner:
             self._phases.append(state)
             states.append(state)
         self._current = {"it": it, "t0": t0, "ends": {}, "states": states}
+        if self.kernel_keys is not None:
+            # The emulator's phases take their ports as the iteration starts,
+            # in the schedule's order, from one book for the run.
+            self._iteration_keys = {
+                position: self.kernel_keys.keys(f"i{index}/{phase.name}/", phase.dag)
+                for position, phase in enumerate(self.schedule.phases)}
         for state in states:
             if not state.phase.after:
                 self._phase_ready(state)

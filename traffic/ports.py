@@ -32,12 +32,16 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from pathlib import Path
 from typing import Dict, Set, Tuple
 
 SERVER_PORTS = range(5201, 20000)
 CLIENT_PORTS = range(20000, 32768)
 #: The kernel's own multipath hash key when the seed is 0 ("the kernel's ways").
 KERNEL_SEED = 0
+#: Kernels before 6.11 have no settable multipath hash key: their routers
+#: hash with the boot's random one.
+MULTIPATH_SEED_SYSCTL = Path("/proc/sys/net/ipv4/fib_multipath_hash_seed")
 
 
 def draw(seed: int, key: str, ports: range) -> int:
