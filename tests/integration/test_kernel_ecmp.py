@@ -89,7 +89,8 @@ def _modelled(fabric, flows: int = 48):
 
 
 @pytest.mark.parametrize("spec", ["fattree,k=4", "fattree-os,gpus=16,radix=8,gpus_per_server=2",
-                                  "rfabric,pods=2,train_pods=1"])
+                                  "roft,gpus=16,radix=8,gpus_per_server=2",
+                                  "zcube,n=4,gpus_per_server=2", "rfabric,pods=2,train_pods=1"])
 def test_a_flows_modelled_path_is_the_one_the_kernel_routers_report(spec, tmp_path):
     """Ports taken as the replayers take them, hashed as the kernel hashes,
     picked in each route's port order: the same nodes, hop by hop."""

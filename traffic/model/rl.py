@@ -131,7 +131,9 @@ class ModelIterationRunner:
 
     ``bps_of(gbps)`` gives a link's capacity (the emulator's shaped rate at
     emulated scale, or the real line rate at full scale); times are model
-    seconds in the schedule's units.
+    seconds in the schedule's units.  ``kernel_keys``: the flows take the
+    paths a ``linux`` data plane run of that ECMP seed takes
+    (`traffic.model.kernel_ecmp`), instead of a draw by the model's hash.
     """
 
     def __init__(self, fabric, schedule, bps_of: Callable[[float], float],
