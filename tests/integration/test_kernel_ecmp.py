@@ -145,13 +145,13 @@ def test_forwarding_gpus_send_a_flow_where_the_model_does(tmp_path):
                         differ.append(f"{flow.src}->{flow.dst} at {node}: kernel port {port}, "
                                       f"model {net.link_port[link]}")
                 if net.link_dst[link] >= 0 and net.names[net.link_dst[link]] in fabric.hosts:
-                    came_in = fabric_port_into(fabric, net, link)
+                    came_in = _port_into(fabric, net, link)
     assert asked >= len(dag.flows)
     assert not differ, "\n".join(differ[:5])
     assert_no_leftovers()
 
 
-def fabric_port_into(fabric, net, link: int) -> int:
+def _port_into(fabric, net, link: int) -> int:
     """The port by which ``link`` enters the node it leads to."""
     a, b = net.names[net.link_src[link]], net.names[net.link_dst[link]]
     return next(data["ports"][b] for _, _, data in fabric.graph.edges(a, data=True)

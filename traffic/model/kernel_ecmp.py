@@ -28,8 +28,10 @@ in among that router's next hops.  Hosts that forward (SiP-OCS) keep the
 kernel's default policy 0: the same siphash over the two addresses alone,
 without the jhash step, both for the packets they send and for those they
 pass on.  A flow's model key carries both: the routers' hash in its low 32
-bits, the hosts' in its high 32 (`KernelFlowKeys`, `host_part`).  Checked against this machine's kernel
-(``ip route get ... ipproto tcp sport S dport D iif IF`` in a namespace):
+bits, the hosts' in its high 32 (`KernelFlowKeys`, `host_part`).
+
+Checked against this machine's kernel (``ip route get ... ipproto tcp sport
+S dport D iif IF`` in a namespace, and the paths a testbed's routers report):
 `tests/integration/test_kernel_ecmp.py`.
 """
 
@@ -62,6 +64,25 @@ def _rol32(x, bits):
     return ((x << np.uint64(bits)) | (x >> np.uint64(32 - bits))) & np.uint64(0xFFFFFFFF)
 
 
+@njit(cache=True, inline="always")
+def _sipround(v0, v1, v2, v3):
+    v0 += v1
+    v1 = _rotl(v1, 13)
+    v1 ^= v0
+    v0 = _rotl(v0, 32)
+    v2 += v3
+    v3 = _rotl(v3, 16)
+    v3 ^= v2
+    v0 += v3
+    v3 = _rotl(v3, 21)
+    v3 ^= v0
+    v2 += v1
+    v1 = _rotl(v1, 17)
+    v1 ^= v2
+    v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
 @njit(cache=True)
 def siphash_words(words, k0, k1):
     """SipHash-2-4 (64 bits) of 8 x len(words) bytes given as little-endian
@@ -70,42 +91,18 @@ def siphash_words(words, k0, k1):
     v1 = np.uint64(0x646F72616E646F6D) ^ k1
     v2 = np.uint64(0x6C7967656E657261) ^ k0
     v3 = np.uint64(0x7465646279746573) ^ k1
+    # The message words, then the final block: the length in the top byte
+    # (no tail bytes: the message is whole words).
     last = np.uint64(len(words) * 8) << np.uint64(56)
     for i in range(len(words) + 1):
         m = words[i] if i < len(words) else last
         v3 ^= m
         for _ in range(2):
-            v0 += v1
-            v1 = _rotl(v1, 13)
-            v1 ^= v0
-            v0 = _rotl(v0, 32)
-            v2 += v3
-            v3 = _rotl(v3, 16)
-            v3 ^= v2
-            v0 += v3
-            v3 = _rotl(v3, 21)
-            v3 ^= v0
-            v2 += v1
-            v1 = _rotl(v1, 17)
-            v1 ^= v2
-            v2 = _rotl(v2, 32)
+            v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
         v0 ^= m
     v2 ^= np.uint64(0xFF)
     for _ in range(4):
-        v0 += v1
-        v1 = _rotl(v1, 13)
-        v1 ^= v0
-        v0 = _rotl(v0, 32)
-        v2 += v3
-        v3 = _rotl(v3, 16)
-        v3 ^= v2
-        v0 += v3
-        v3 = _rotl(v3, 21)
-        v3 ^= v0
-        v2 += v1
-        v1 = _rotl(v1, 17)
-        v1 ^= v2
-        v2 = _rotl(v2, 32)
+        v0, v1, v2, v3 = _sipround(v0, v1, v2, v3)
     return v0 ^ v1 ^ v2 ^ v3
 
 
