@@ -9,17 +9,19 @@ routers' policy 3 over fields 0x37, and policy 0, a forwarding host's);
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from emu.experiments.base import model_kernel_keys
 from topologies import registry, routing
 from topologies.fabric import EPS
 from traffic.flows import Flow, FlowDag
 from traffic.model.kernel_ecmp import (KernelFlowKeys, address_hashes, hash_threshold,
                                        multipath_hashes, siphash_words)
 from traffic.model.network import ModelNetwork
-from traffic.ports import PortBook, multipath_hash_seed
+from traffic.ports import MULTIPATH_SEED_SYSCTL, PortBook, multipath_hash_seed
 
 KEY0 = int.from_bytes(bytes(range(8)), "little")
 KEY1 = int.from_bytes(bytes(range(8, 16)), "little")
@@ -137,3 +139,18 @@ def test_each_router_picks_from_its_installed_route_in_port_order(spec):
             expected = installed[hash_threshold(keys[i] & np.uint64(0xFFFFFFFF), len(installed))]
             assert net.link_port[link] == expected, f"{node} toward {dst}"
     assert spread > 100, "the paths should cross switches with several equal next hops"
+
+
+def _ctx(**testbed):
+    return SimpleNamespace(scenario=SimpleNamespace(config={"testbed": testbed}))
+
+
+@pytest.mark.skipif(not MULTIPATH_SEED_SYSCTL.exists(),
+                    reason="this kernel has no settable multipath hash key")
+def test_a_model_run_takes_the_kernels_paths_only_where_the_emulator_fixes_them():
+    fabric = registry.build("fattree,k=4")
+    keys = model_kernel_keys(_ctx(ecmp_seed=1, dataplane="linux"), fabric)
+    assert isinstance(keys, KernelFlowKeys)
+    assert keys.key == multipath_hash_seed(1)
+    assert model_kernel_keys(_ctx(ecmp_seed=0, dataplane="linux"), fabric) is None
+    assert model_kernel_keys(_ctx(ecmp_seed=1, dataplane="ovs"), fabric) is None
