@@ -106,34 +106,32 @@ def siphash_words(words, k0, k1):
     return v0 ^ v1 ^ v2 ^ v3
 
 
+@njit(cache=True, inline="always")
+def _jhash_step(x, y, bits):
+    return ((x ^ y) - _rol32(y, bits)) & np.uint64(0xFFFFFFFF)
+
+
 @njit(cache=True)
 def _jhash_2words(a, b, initval):
-    mask = np.uint64(0xFFFFFFFF)
-    iv = (initval + np.uint64(0xDEADBEEF) + np.uint64(8)) & mask
-    a = (a + iv) & mask
-    b = (b + iv) & mask
-    c = iv
-    c ^= b
-    c = (c - _rol32(b, 14)) & mask
-    a ^= c
-    a = (a - _rol32(c, 11)) & mask
-    b ^= a
-    b = (b - _rol32(a, 25)) & mask
-    c ^= b
-    c = (c - _rol32(b, 16)) & mask
-    a ^= c
-    a = (a - _rol32(c, 4)) & mask
-    b ^= a
-    b = (b - _rol32(a, 14)) & mask
-    c ^= b
-    c = (c - _rol32(b, 24)) & mask
-    return c
+    """The kernel's ``jhash_2words`` (``__jhash_nwords`` then ``__jhash_final``)."""
+    iv = (initval + np.uint64(0xDEADBEEF) + np.uint64(8)) & _M32
+    a = (a + iv) & _M32
+    b = (b + iv) & _M32
+    c = _jhash_step(iv, b, 14)
+    a = _jhash_step(a, c, 11)
+    b = _jhash_step(b, a, 25)
+    c = _jhash_step(c, b, 16)
+    a = _jhash_step(a, c, 4)
+    b = _jhash_step(b, a, 14)
+    return _jhash_step(c, b, 24)
 
 
 @njit(cache=True)
-def _hashes(saddr, daddr, sport, dport, proto, seed):
+def _hashes(saddr, daddr, sport, dport, proto, seed, custom):
     """The 31-bit multipath hash of each flow (see the module docstring);
-    addresses and ports as the packet's bytes read little-endian."""
+    addresses and ports as the packet's bytes read little-endian.  ``custom``:
+    policy 3's jhash step (a router); without it, policy 0's hash, given
+    zero ports and protocol (a forwarding host)."""
     key = (seed << np.uint64(32)) | seed
     out = np.empty(len(saddr), dtype=np.uint64)
     words = np.zeros(6, dtype=np.uint64)
@@ -151,10 +149,12 @@ def _hashes(saddr, daddr, sport, dport, proto, seed):
         words[3] = (sp | (dp << np.uint64(16))) << np.uint64(32)
         words[4] = s << np.uint64(32)
         words[5] = d
-        outer = siphash_words(words, key, key) & _M32
-        if outer == 0:
-            outer = np.uint64(1)
-        out[i] = _jhash_2words(outer, np.uint64(0), np.uint64(0)) >> np.uint64(1)
+        hashed = siphash_words(words, key, key) & _M32
+        if hashed == 0:
+            hashed = np.uint64(1)
+        if custom:
+            hashed = _jhash_2words(hashed, np.uint64(0), np.uint64(0))
+        out[i] = hashed >> np.uint64(1)
     return out
 
 
@@ -167,6 +167,17 @@ def _raw_u16(port: int) -> int:
     return struct.unpack("<H", struct.pack("!H", port))[0]
 
 
+def _flow_hashes(src_ips, dst_ips, sports, dports, proto: int, seed: int,
+                 custom: bool) -> np.ndarray:
+    if not 0 < seed < 2 ** 32:
+        raise ValueError(f"multipath hash key must be in 1..2^32-1, got {seed}")
+    return _hashes(np.array([_raw_u32(a) for a in src_ips], dtype=np.uint64),
+                   np.array([_raw_u32(a) for a in dst_ips], dtype=np.uint64),
+                   np.array([_raw_u16(p) for p in sports], dtype=np.uint64),
+                   np.array([_raw_u16(p) for p in dports], dtype=np.uint64),
+                   np.uint64(proto), np.uint64(seed), custom)
+
+
 def multipath_hashes(src_ips: Sequence[str], dst_ips: Sequence[str], sports: Sequence[int],
                      dports: Sequence[int], seed: int, proto: int = TCP) -> np.ndarray:
     """The kernel routers' 31-bit multipath hash of each flow (uint64) under
@@ -174,41 +185,13 @@ def multipath_hashes(src_ips: Sequence[str], dst_ips: Sequence[str], sports: Seq
     if MULTIPATH_HASH_FIELDS != _FIELDS_COMPUTED:
         raise ValueError(f"the routers hash fields {MULTIPATH_HASH_FIELDS:#x}; this "
                          f"computes {_FIELDS_COMPUTED:#x}")
-    if not 0 < seed < 2 ** 32:
-        raise ValueError(f"multipath hash key must be in 1..2^32-1, got {seed}")
-    return _hashes(np.array([_raw_u32(a) for a in src_ips], dtype=np.uint64),
-                   np.array([_raw_u32(a) for a in dst_ips], dtype=np.uint64),
-                   np.array([_raw_u16(p) for p in sports], dtype=np.uint64),
-                   np.array([_raw_u16(p) for p in dports], dtype=np.uint64),
-                   np.uint64(proto), np.uint64(seed))
-
-
-@njit(cache=True)
-def _l3_hashes(saddr, daddr, seed):
-    """The 31-bit policy-0 hash (addresses only) of each flow."""
-    key = (seed << np.uint64(32)) | seed
-    out = np.empty(len(saddr), dtype=np.uint64)
-    words = np.zeros(6, dtype=np.uint64)
-    for i in range(len(saddr)):
-        s, d = saddr[i], daddr[i]
-        if d < s:
-            s, d = d, s
-        words[4] = s << np.uint64(32)
-        words[5] = d
-        hashed = siphash_words(words, key, key) & _M32
-        if hashed == 0:
-            hashed = np.uint64(1)
-        out[i] = hashed >> np.uint64(1)
-    return out
+    return _flow_hashes(src_ips, dst_ips, sports, dports, proto, seed, custom=True)
 
 
 def address_hashes(src_ips: Sequence[str], dst_ips: Sequence[str], seed: int) -> np.ndarray:
     """A host's 31-bit multipath hash of each flow (policy 0: the addresses)."""
-    if not 0 < seed < 2 ** 32:
-        raise ValueError(f"multipath hash key must be in 1..2^32-1, got {seed}")
-    return _l3_hashes(np.array([_raw_u32(a) for a in src_ips], dtype=np.uint64),
-                      np.array([_raw_u32(a) for a in dst_ips], dtype=np.uint64),
-                      np.uint64(seed))
+    zeros = [0] * len(src_ips)
+    return _flow_hashes(src_ips, dst_ips, zeros, zeros, 0, seed, custom=False)
 
 
 @njit(cache=True, inline="always")
