@@ -212,6 +212,7 @@ def test_repeats_sum_counts_average_figures_and_keep_the_spread():
     assert row["throughput_degradation_pct"] == pytest.approx(2.0)
     assert (row["throughput_degradation_min_pct"], row["throughput_degradation_max_pct"]) == \
         (-2.0, 6.0)
+    assert row["throughput_degradation_runs_pct"] == [-2.0, 6.0]    # each repeat's
     assert row["repeats_count"] == 2 and row["mechanism"] == "m"
     notes = pf.notes([row])
     assert "8 KV flows moved in 2 run(s)" in notes[1] and "-2.0% to +6.0%" in notes[1]

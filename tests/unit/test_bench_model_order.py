@@ -1,0 +1,76 @@
+"""bench/model's fabric-order verdict: a pair of fabrics is judged only when
+the emulator, by its own measured repeatability, can tell the two apart (or
+the model puts them further apart than that), and a judged pair must come
+out in the same order."""
+
+import importlib.machinery
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "model"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    loader = importlib.machinery.SourceFileLoader("bench_model", str(BENCH))
+    spec = importlib.util.spec_from_loader("bench_model", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def pair(order, a, b):
+    return next(p for p in order["pairs"] if (p["a"], p["b"]) == (a, b))
+
+
+def test_fabrics_far_apart_are_judged_and_close_ones_are_not(bench):
+    # The emulator scatters +-0.1 s around the model; "slow" is 5 s slower,
+    # "near" 0.02 s from "fast" and reversed.
+    emulated = {"fast": [10.1, 9.9, 10.1, 9.9], "near": [10.0, 10.0, 9.9, 10.1],
+                "slow": [15.1, 14.9, 15.1, 14.9]}
+    model = {"fast": [10.0] * 4, "near": [10.02] * 4, "slow": [15.0] * 4}
+    order = bench.judged_order(emulated, model)
+    assert order["noise_s"] > 0.05
+    assert pair(order, "fast", "slow")["judged"] and pair(order, "fast", "slow")["same"]
+    assert not pair(order, "fast", "near")["judged"]
+    assert not pair(order, "fast", "near")["same"]       # reversed, but too close to judge
+    assert order["same"]
+
+
+def test_a_gap_wider_than_the_noise_in_the_other_order_is_reversed(bench):
+    emulated = {"a": [10.1, 9.9, 10.1, 9.9], "b": [12.1, 11.9, 12.1, 11.9]}
+    model = {"a": [12.0] * 4, "b": [10.0] * 4}
+    order = bench.judged_order(emulated, model)
+    assert pair(order, "a", "b")["judged"] and not pair(order, "a", "b")["same"]
+    assert not order["same"]
+
+
+def test_a_fabrics_constant_offset_from_the_model_is_a_bias_not_noise(bench):
+    # The model is 1 s off on "b" in every iteration: no noise at all, so
+    # even the 0.5 s gap between the two is judged (and agrees).
+    emulated = {"a": [10.0, 10.0, 10.0], "b": [10.5, 10.5, 10.5]}
+    model = {"a": [10.0, 10.0, 10.0], "b": [11.5, 11.5, 11.5]}
+    order = bench.judged_order(emulated, model)
+    assert order["noise_s"] == pytest.approx(0.0, abs=1e-12)
+    assert pair(order, "a", "b")["judged"] and order["same"]
+
+
+def test_one_steady_iteration_judges_every_pair(bench):
+    order = bench.judged_order({"a": [10.0], "b": [10.01]}, {"a": [10.01], "b": [10.0]})
+    assert order["iterations"] == 1 and order["resolution_s"] == 0.0
+    assert pair(order, "a", "b")["judged"] and not order["same"]
+
+
+def test_a_single_modelled_value_stands_for_every_repeat(bench):
+    # pd-failure: the emulator repeats the failure three times, the model once
+    # (it would give the same figure each time); the repeats' spread is the noise.
+    emulated = {"roft": [19.9, 20.1, 22.1], "zcube": [20.0, 20.4, 26.5], "hpn": [54, 54.5, 55]}
+    model = {"roft": [20.6], "zcube": [16.4], "hpn": [55.8]}
+    order = bench.judged_order(emulated, model)
+    assert order["iterations"] == 3 and order["noise_s"] > 1.0
+    assert pair(order, "roft", "hpn")["judged"] and pair(order, "roft", "hpn")["same"]
+    # The model puts ZCube 4.2 points below ROFT, beyond the noise; the emulator
+    # has it above: reversed.
+    assert pair(order, "roft", "zcube")["judged"] and not order["same"]
