@@ -313,7 +313,7 @@ def summarize_repeats(rows: Sequence[dict]) -> dict:
     if spread:
         out["throughput_degradation_min_pct"] = min(spread)
         out["throughput_degradation_max_pct"] = max(spread)
-        out["throughput_degradation_runs_pct"] = spread
+        out["throughput_degradation_runs_pct"] = [round(v, 3) for v in spread]
     out["repeats_count"] = len(rows)
     return out
 
