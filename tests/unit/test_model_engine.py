@@ -537,3 +537,64 @@ def test_dependencies_on_far_apart_flows_are_all_counted():
     assert released[far[0]] == end[first[-1]]
     assert released[close[0]] == end[first[1]]
     assert released[close[1]] == max(end[first[1]], end[first[2]], end[first[3]])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rates_kept_between_events_equal_the_rates_of_every_flow_computed_anew(seed):
+    """The engine computes again only the flows a change reaches
+    (`rates.LiveRates`); at any time its rates are those of a max-min
+    computation over every transmitting flow, through releases, drains, a
+    link going dark and lighting, reroutes and a cancel."""
+    from traffic.model.maxmin import max_min_rates
+
+    rng = np.random.default_rng(seed)
+    n_links, n_flows = 120, 300             # sparse: many small components
+    capacity = rng.uniform(1.0, 10.0, n_links) * GBPS
+    capacity[:2] = np.inf
+    choice = {"shift": 0}
+    paths = [rng.choice(n_links, size=int(rng.integers(1, 3)), replace=False)
+             for _ in range(n_flows)]
+
+    def router(ids):
+        chosen = [(paths[i] + choice["shift"]) % n_links for i in ids]
+        indptr = np.concatenate(([0], np.cumsum([len(p) for p in chosen])))
+        return indptr, np.concatenate(chosen).astype(np.int64)
+
+    sim = FlowSim(capacity, router, efficiency=0.9, hop_latency_s=1e-4, startup_s=1e-3)
+    sizes = rng.uniform(0.1, 2.0, n_flows) * MB
+    first = sim.add_flows(sizes[:100], delay_s=rng.uniform(0.0, 0.02, 100))
+    sim.add_flows(sizes[100:], after=[[int(rng.integers(100))] for _ in range(200)],
+                  delay_s=rng.uniform(0.0, 0.005, 200))
+    checked = []
+
+    def check(s):
+        ids, got = s.rates_bps()
+        lengths = np.array([len(s.path_of(f)) for f in ids], dtype=np.int64)
+        indptr = np.concatenate(([0], np.cumsum(lengths)))
+        links = np.concatenate([s.path_of(f) for f in ids] or [np.zeros(0, dtype=np.int64)])
+        want = max_min_rates(indptr, links, s.capacity_bps * 0.9)
+        want[lengths == 0] = 0.0
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        checked.append(len(ids))
+
+    def dark(s):
+        s.set_capacity([5, 6], 0.0)
+
+    def light(s):
+        s.set_capacity([5, 6], [3 * GBPS, np.inf])
+
+    def move(s):
+        choice["shift"] = 1
+        s.reroute(np.arange(0, n_flows, 3))      # a third move; the rest keep their paths
+
+    # Each change first, then a check at the same instant (callbacks at one
+    # time run in the order given), then checks all along.
+    sim.at(0.02, dark)
+    sim.at(0.03, move)
+    sim.at(0.04, lambda s: s.cancel(first[:5]))
+    sim.at(0.05, light)
+    for t in np.concatenate([[0.02, 0.03, 0.04, 0.05], np.linspace(0.0, 1.0, 100)]):
+        sim.at(float(t), check)
+    sim.run()
+    assert max(checked) > 20                 # many flows at once, and checked
+    assert (sim.state[first[5:]] == DONE).all()

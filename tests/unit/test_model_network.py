@@ -425,3 +425,27 @@ def test_keys_of_is_key_of_for_every_name():
     for prefix in ("", "i2/weight-sync/", "é/"):
         assert keys_of(prefix, names).tolist() == [key_of(prefix + n) for n in names]
     assert keys_of("i1/", []).tolist() == []
+
+
+@pytest.mark.parametrize("spec", ["rfabric", "sip-ocs,gpus=8", "hybrid",
+                                  "rfabric,pods=2,train_pods=1,servers_per_pod=4,"
+                                  "gpus_per_server=8,radix=16"])
+def test_reconfigured_network_routes_as_one_built_on_its_circuits(spec):
+    """A reconfiguration adds its circuits to the packet hops kept since the
+    start (`ModelNetwork._packet_state`): its tables, hop order included (the
+    ECMP pick depends on it), are those of a network built anew."""
+    import random
+    fabric = registry.build(spec)
+    net = ModelNetwork(fabric)
+    rng = random.Random(3)
+    for ocs in list(fabric.ocs_switches) * 2:
+        circuits = sorted(fabric.circuits.get(ocs, ()))
+        rng.shuffle(circuits)
+        net.set_circuits(ocs, set(circuits[:rng.randint(0, len(circuits))]))
+    fresh = registry.build(spec)
+    for ocs, circuits in fabric.circuits.items():
+        fresh.set_circuits(ocs, circuits)
+    anew = ModelNetwork(fresh)
+    for name in ("adj_ptr", "adj_nbr", "adj_link1", "adj_link2", "dist", "nh_ptr", "nh_hop"):
+        assert np.array_equal(getattr(net, name), getattr(anew, name)), name
+    assert net._attach == anew._attach

@@ -49,7 +49,8 @@ the transmitting flows: the next drain is ``min(bytes_left x 8 / rate)``.  Every
 drain falls within 1e-9 x now + 1e-12 s of the earliest is drained in the same
 event, so the flows of a symmetric collective step end together and cost one
 rate computation, not one each.  Rates are recomputed only when the set of
-transmitting flows, a capacity or a path changed.  What is per event and per
+transmitting flows, a capacity or a path changed, and then only those of the
+flows the change reaches (`rates.LiveRates`).  What is per event and per
 flow is compiled or vectorised; per-flow arrays grow by doubling.
 
 Coalescing (``coalesce`` = c > 0, off by default)
@@ -103,7 +104,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 from numba import njit
 
-from traffic.model.maxmin import max_min_rates_of_paths
+from traffic.model.rates import LiveRates
 
 # Flow states (values of FlowSim.state).
 WAITING = 0      # added, not released: waits for its dependencies or its time
@@ -168,8 +169,10 @@ class FlowSim:
 
         self._capacity = np.array(capacity_bps, dtype=np.float64).reshape(-1)
         self._check_capacity(self._capacity)
-        self._effective_capacity = None      # capacity x efficiency, cached
-        self._link_scratch = None            # max_min_rates's renumbering table
+        self._effective_capacity = self._capacity * self.efficiency
+        # The transmitting flows' max-min rates, kept up to date between
+        # events (only the flows a change reaches are computed again).
+        self._live = LiveRates(len(self._capacity))
 
         # Per-flow arrays, allocated with room to grow; the public views are
         # sliced to n_flows.
@@ -284,9 +287,12 @@ class FlowSim:
         links = np.asarray(links, dtype=np.int64)
         values = np.broadcast_to(np.asarray(bps, dtype=np.float64), links.shape)
         self._check_capacity(values)
+        changed = links[self._capacity[links] != values]
         self._capacity[links] = values
-        self._effective_capacity = None
-        self._rates_stale = True
+        self._effective_capacity[links] = self._capacity[links] * self.efficiency
+        if len(changed):
+            self._live.capacity_changed(changed)
+            self._rates_stale = True
 
     def add_links(self, capacity_bps) -> np.ndarray:
         """Append links; returns their ids."""
@@ -294,7 +300,8 @@ class FlowSim:
         self._check_capacity(extra)
         first = len(self._capacity)
         self._capacity = np.concatenate([self._capacity, extra])
-        self._effective_capacity = None
+        self._effective_capacity = self._capacity * self.efficiency
+        self._live.grow_links(len(self._capacity))
         return np.arange(first, first + len(extra), dtype=np.int64)
 
     # ------------------------------------------------------------------ flows
@@ -314,6 +321,7 @@ class FlowSim:
             new[:self.n_flows] = old[:self.n_flows]
             setattr(self, name, new)
         self._room = room
+        self._live.grow_flows(room)
 
     @staticmethod
     def _append(array: np.ndarray, used: int, values: np.ndarray) -> np.ndarray:
@@ -448,7 +456,10 @@ class FlowSim:
             flows = np.asarray(flows, dtype=np.int64).reshape(-1)
             flows = flows[self._state[flows] == ACTIVE]
         if len(flows):
+            moving = flows[self._transmitting[flows]]
+            self._live.remove(moving, self._path_start, self._path_len, self._path_links)
             self._route(flows)
+            self._live.insert(moving, self._path_start, self._path_len, self._path_links)
             self._rates_stale = True
 
     def cancel(self, flows) -> np.ndarray:
@@ -459,6 +470,8 @@ class FlowSim:
         if len(stopping):
             self._state[stopping] = CANCELLED
             if self._transmitting[stopping].any():
+                self._live.remove(stopping, self._path_start, self._path_len,
+                                  self._path_links)
                 self._transmitting[stopping] = False
                 self._rates_stale = True
         return delivered
@@ -485,6 +498,7 @@ class FlowSim:
         self._path_len[flows] = np.diff(indptr)
         self._path_links = self._append(self._path_links, self._path_used, links)
         self._path_used += len(links)
+        self._live.grow_slots(len(self._path_links))
 
     def _start_transmitting(self, flows: np.ndarray) -> None:
         flows = flows[self._state[flows] == ACTIVE]
@@ -492,6 +506,7 @@ class FlowSim:
         if len(flows):
             self._transmitting[flows] = True
             self._tx_ids = np.concatenate([self._tx_ids, flows])
+            self._live.insert(flows, self._path_start, self._path_len, self._path_links)
             self._rates_stale = True
 
     def _refresh_rates(self) -> None:
@@ -499,16 +514,11 @@ class FlowSim:
             return
         tx = self._tx_ids[self._transmitting[self._tx_ids]]
         self._tx_ids = tx
-        if self._effective_capacity is None:
-            self._effective_capacity = self._capacity * self.efficiency
-            self._link_scratch = np.full(len(self._capacity), -1, dtype=np.int64)
-        # Inputs already checked: capacities and caps when set, links when routed.
-        lengths = self._path_len[tx]
-        rates = max_min_rates_of_paths(self._path_start[tx], lengths, self._path_links,
-                                       self._effective_capacity, self._cap[tx],
-                                       self._link_scratch)
-        rates[lengths == 0] = 0.0          # no path yet (or a dead end): wait
-        self._tx_rate = rates
+        # Inputs already checked: capacities and caps when set, links when
+        # routed.  A flow with no path (yet, or a dead end) has rate 0: it waits.
+        self._live.update(tx, self._path_start, self._path_len, self._path_links,
+                          self._effective_capacity, self._cap)
+        self._tx_rate = self._live.rate[tx]
         self._rates_stale = False
         self.rate_computations += 1
 
@@ -572,6 +582,7 @@ class FlowSim:
     def _drain(self, flows: np.ndarray) -> np.ndarray:
         """Flows whose last byte left now; returns those already DONE (no latency)."""
         self._bytes_left[flows] = 0.0
+        self._live.remove(flows, self._path_start, self._path_len, self._path_links)
         self._transmitting[flows] = False
         self._rates_stale = True
         self._state[flows] = DRAINED

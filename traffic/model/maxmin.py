@@ -49,9 +49,10 @@ still unfrozen and the U links in use (renumbered 0..U-1 through a scratch
 table the caller may keep, so that a few flows on a 16K-GPU fabric do not
 cost a pass over all its links).  There are at most as many rounds as
 distinct rates in the answer; a symmetric collective needs a handful.  The
-loops are compiled because the engine calls this at every event with about
-a thousand flows: numpy's ~15 calls per round cost more than the arithmetic
-(0.4 ms against 0.03 ms a call at 1,024 GPUs).
+loops are compiled because the engine calls this at every event (through
+`rates.LiveRates`, on the flows a change reaches): numpy's ~15 calls per
+round cost more than the arithmetic (0.4 ms against 0.03 ms a call on a
+thousand flows).
 
 Conventions:
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import zlib
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -133,6 +134,20 @@ def keys_of(prefix: str, names: Sequence[str]) -> np.ndarray:
                     ends - lengths, ends, _CRC32_TABLE)
 
 
+@dataclass
+class _PacketHops:
+    """What `ModelNetwork.rebuild` keeps between reconfigurations: the
+    routers, and the logical hops over packet wires (see `_packet_state`)."""
+
+    routers: List[str]
+    router_ids: Dict[str, int]
+    key_index: Dict[Tuple[str, str], int]        # pair (u, v) -> its order
+    key_lists: List[int]                         # wires per pair
+    entries: np.ndarray = None                   # (from, to, link, pair, position) rows
+    attach: Dict[str, Tuple[str, int, int]] = field(default_factory=dict)
+    first_link: Dict[Tuple[str, str], int] = field(default_factory=dict)  # (u, host) -> link
+
+
 class ModelNetwork:
     """Directed links, their capacities and the current routes of one fabric.
 
@@ -210,23 +225,59 @@ class ModelNetwork:
         return kind == EPS or (kind == HOST and self.transit_hosts)
 
     # ------------------------------------------------------------ routing state
-    def _logical_hops(self) -> Dict[Tuple[str, str], List[List[int]]]:
-        """(u, v) -> the link lists of every logical hop u -> v that is up."""
+    def _packet_state(self) -> "_PacketHops":
+        """The routers and the logical hops over packet wires: only a failure
+        or a restore changes them (they clear this cache), so a
+        reconfiguration (two rebuilds per OCS, 123 an iteration of RFabric
+        at 4,096 GPUs) adds its circuits to them and builds nothing else."""
+        if self._packet_hops is not None:
+            return self._packet_hops
         down_nodes, down_links, capacity = self.down_nodes, self.down_links, self.capacity_bps
-        if self._packet_hops is None:
-            # Only a failure or a restore changes these (they clear the cache);
-            # a reconfiguration rebuilds from them.
-            packet: Dict[Tuple[str, str], List[List[int]]] = defaultdict(list)
-            for a, b, port, link in self._packet_wires:
-                if a in down_nodes or b in down_nodes or (a, port) in self.excluded_ports:
-                    continue
-                if capacity[link] <= 0 or (down_links and frozenset((a, b)) in down_links):
-                    continue
-                packet[a, b].append([link])
-            self._packet_hops = dict(packet)
-        hops: Dict[Tuple[str, str], List[List[int]]] = defaultdict(list)
-        for key, lists in self._packet_hops.items():
-            hops[key] = list(lists)
+        # (u, v) -> the link of each packet wire u -> v that is up, in port order.
+        hops: Dict[Tuple[str, str], List[int]] = defaultdict(list)
+        for a, b, port, link in self._packet_wires:
+            if a in down_nodes or b in down_nodes or (a, port) in self.excluded_ports:
+                continue
+            if capacity[link] <= 0 or (down_links and frozenset((a, b)) in down_links):
+                continue
+            hops[a, b].append(link)
+        routers = [n for n in self.names if self.routing_node(n) and n not in down_nodes]
+        router_ids = {n: i for i, n in enumerate(routers)}
+        state = _PacketHops(routers, router_ids, {key: k for k, key in enumerate(hops)},
+                            [len(links) for links in hops.values()])
+        entries = []                 # (from, to, link, key, position in the key's list)
+        for k, ((a, b), links) in enumerate(hops.items()):
+            if a in router_ids and b in router_ids:
+                entries.extend((router_ids[a], router_ids[b], link, k, j)
+                               for j, link in enumerate(links))
+            elif self._kind_of[a] == HOST and b in router_ids:
+                state.attach.setdefault(a, (b, links[0], -1))
+            if self._kind_of[b] == HOST:
+                state.first_link[a, b] = links[0]
+        state.entries = np.array(entries, dtype=np.int64).reshape(-1, 5)
+        self._packet_hops = state
+        return state
+
+    def rebuild(self) -> None:
+        """Recompute the logical graph and the distances after any change.
+
+        A logical hop u -> v is a packet wire, or a lit circuit (two fibres:
+        u up to the OCS, the OCS down to v).  Each router's hops are listed
+        in a fixed order, which the ECMP pick by hash depends on: by the
+        pair (u, v) in order of first appearance (packet pairs first), then
+        the packet wires in port order, then the circuits in their OCS's
+        order."""
+        packet = self._packet_state()
+        routers, router_ids = packet.routers, packet.router_ids
+        self.routers, self.router_ids = routers, router_ids
+        self.router_is_host = np.array([self._kind_of[n] == HOST for n in routers],
+                                       dtype=np.bool_)
+        count = len(routers)
+        capacity = self.capacity_bps
+        # The circuits' hops, each numbered as the pair it belongs to.
+        new_keys: Dict[Tuple[str, str], int] = {}
+        taken: Dict[int, int] = {}            # key -> lists in it so far
+        circuit, first_link = [], {}
         for ocs, circuits in self.fabric.circuits.items():
             if ocs in self.down_nodes:
                 continue
@@ -239,35 +290,36 @@ class ModelNetwork:
                     continue
                 if min(capacity[up_a], capacity[down_a], capacity[up_b], capacity[down_b]) <= 0:
                     continue
-                hops[na, nb].append([up_a, down_b])
-                hops[nb, na].append([up_b, down_a])
-        return hops
-
-    def rebuild(self) -> None:
-        """Recompute the logical graph and the distances after any change."""
-        hops = self._logical_hops()
-        routers = [n for n in self.names if self.routing_node(n) and n not in self.down_nodes]
-        self.router_ids = {n: i for i, n in enumerate(routers)}
-        self.routers = routers
-        self.router_is_host = np.array([self._kind_of[n] == HOST for n in routers], dtype=np.bool_)
-        count = len(routers)
-        self._attach = {}
-        rows, cols = [], []
-        adj: Dict[int, List[Tuple[int, List[int]]]] = defaultdict(list)
-        for (a, b), lists in hops.items():
-            if a in self.router_ids and b in self.router_ids:
-                ia, ib = self.router_ids[a], self.router_ids[b]
-                rows.append(ia)
-                cols.append(ib)
-                for links in lists:
-                    adj[ia].append((ib, links))
-            elif self._kind_of[a] == HOST and b in self.router_ids:
-                self._attach.setdefault(a, (b, lists[0][0], -1))
-        for (a, b), lists in hops.items():       # the link back down to each leaf host
-            if self._kind_of[b] == HOST and b in self._attach and self._attach[b][0] == a:
-                sw, up, _ = self._attach[b]
-                self._attach[b] = (sw, up, lists[0][0])
-        matrix = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(count, count))
+                for a, b, up, down in ((na, nb, up_a, down_b), (nb, na, up_b, down_a)):
+                    k = packet.key_index.get((a, b))
+                    if k is None:
+                        k = new_keys.setdefault((a, b), len(packet.key_index) + len(new_keys))
+                        first_link.setdefault((a, b), up)
+                        j = taken.get(k, 0)
+                    else:
+                        j = taken.get(k, packet.key_lists[k])
+                    taken[k] = j + 1
+                    if a in router_ids and b in router_ids:
+                        circuit.append((router_ids[a], router_ids[b], up, down, k, j))
+        attach = dict(packet.attach)
+        for (a, b) in new_keys:                 # after every packet pair, in order
+            if a not in router_ids and self._kind_of[a] == HOST and b in router_ids:
+                attach.setdefault(a, (b, first_link[a, b], -1))
+        for host, (sw, up, _) in attach.items():   # the link back down to each leaf host
+            down = packet.first_link.get((sw, host), first_link.get((sw, host)))
+            if down is not None:
+                attach[host] = (sw, up, down)
+        self._attach = attach
+        wired = packet.entries
+        hops = np.empty((len(wired) + len(circuit), 6), dtype=np.int64)
+        hops[:len(wired), :3] = wired[:, :3]
+        hops[:len(wired), 3] = -1
+        hops[:len(wired), 4:] = wired[:, 3:]
+        if circuit:
+            hops[len(wired):] = np.array(circuit, dtype=np.int64)
+        hops = hops[np.lexsort((hops[:, 5], hops[:, 4], hops[:, 0]))]
+        matrix = csr_matrix((np.ones(len(hops)), (hops[:, 0], hops[:, 1])),
+                            shape=(count, count))
         if count:
             dist = shortest_path(matrix, method="D", unweighted=True, directed=True)
             dist[np.isinf(dist)] = UNREACHABLE
@@ -277,17 +329,11 @@ class ModelNetwork:
         # Each router's logical hops: neighbour and up to two links (a circuit
         # crosses two fibres), grouped by router.
         indptr = np.zeros(count + 1, dtype=np.int64)
-        nbr, first, second = [], [], []
-        for ia in range(count):
-            for ib, links in adj.get(ia, ()):
-                nbr.append(ib)
-                first.append(links[0])
-                second.append(links[1] if len(links) > 1 else -1)
-            indptr[ia + 1] = len(nbr)
+        np.cumsum(np.bincount(hops[:, 0], minlength=count), out=indptr[1:])
         self.adj_ptr = indptr
-        self.adj_nbr = np.array(nbr, dtype=np.int64)
-        self.adj_link1 = np.array(first, dtype=np.int64)
-        self.adj_link2 = np.array(second, dtype=np.int64)
+        self.adj_nbr = hops[:, 1].copy()
+        self.adj_link1 = hops[:, 2].copy()
+        self.adj_link2 = hops[:, 3].copy()
         self._next_hops()
 
     def _next_hops(self) -> None:

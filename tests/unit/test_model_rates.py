@@ -1,0 +1,103 @@
+"""LiveRates: max-min rates kept up to date equal the rates computed anew."""
+
+import numpy as np
+import pytest
+
+from traffic.model.maxmin import max_min_rates
+from traffic.model.rates import LiveRates
+
+
+class Paths:
+    """Paths as the engine keeps them: slices of one append-only array."""
+
+    def __init__(self, n_flows):
+        self.start = np.zeros(n_flows, dtype=np.int64)
+        self.length = np.zeros(n_flows, dtype=np.int64)
+        self.links = np.zeros(0, dtype=np.int64)
+
+    def give(self, flow, path):
+        self.start[flow] = len(self.links)
+        self.length[flow] = len(path)
+        self.links = np.concatenate([self.links, np.asarray(path, dtype=np.int64)])
+
+
+def anew(tx, paths, capacity, caps):
+    """The rates of ``tx`` from nothing (0 for a flow without a path)."""
+    lengths = paths.length[tx]
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    links = np.concatenate([paths.links[paths.start[f]:paths.start[f] + paths.length[f]]
+                            for f in tx] or [np.zeros(0, dtype=np.int64)])
+    want = max_min_rates(indptr, links, capacity, caps[tx])
+    want[lengths == 0] = 0.0
+    return want
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_kept_rates_equal_rates_computed_anew_through_starts_stops_moves_and_dark_links(seed):
+    rng = np.random.default_rng(seed)
+    n_links, n_flows = 200, 600
+    capacity = rng.choice([10.0, 25.0, 40.0, 100.0], n_links)   # ties, as in a fabric
+    capacity[:3] = np.inf
+    caps = np.where(rng.random(n_flows) < 0.1, rng.uniform(1.0, 20.0, n_flows), np.inf)
+    paths = Paths(n_flows)
+    live = LiveRates(n_links)
+    live.grow_flows(n_flows)
+    tx = np.zeros(0, dtype=np.int64)
+    waiting = list(rng.permutation(n_flows))
+
+    def new_path():
+        return rng.choice(n_links, size=int(rng.integers(1, 5)), replace=False)
+
+    for step in range(150):
+        action = rng.random()
+        if action < 0.5 and waiting:                      # a few flows start
+            started = np.array([waiting.pop() for _ in range(min(len(waiting),
+                                                                 int(rng.integers(1, 8))))])
+            for f in started:
+                paths.give(f, new_path() if rng.random() > 0.05 else [])
+            live.grow_slots(len(paths.links))
+            live.insert(started, paths.start, paths.length, paths.links)
+            tx = np.concatenate([tx, started])
+        elif action < 0.8 and len(tx):                   # a few stop
+            stopped = rng.choice(tx, size=min(len(tx), int(rng.integers(1, 8))),
+                                 replace=False)
+            live.remove(stopped, paths.start, paths.length, paths.links)
+            tx = np.setdiff1d(tx, stopped)
+        elif action < 0.9 and len(tx):                   # a few move
+            moved = rng.choice(tx, size=min(len(tx), 4), replace=False)
+            live.remove(moved, paths.start, paths.length, paths.links)
+            for f in moved:
+                paths.give(f, new_path())
+            live.grow_slots(len(paths.links))
+            live.insert(moved, paths.start, paths.length, paths.links)
+        else:                                             # a circuit goes dark or lights
+            links = rng.choice(np.arange(3, n_links), size=3, replace=False)
+            capacity[links] = 0.0 if rng.random() < 0.5 else rng.choice([10.0, 40.0], 3)
+            live.capacity_changed(links)
+        live.update(tx, paths.start, paths.length, paths.links, capacity, caps)
+        np.testing.assert_allclose(live.rate[tx], anew(tx, paths, capacity, caps),
+                                   rtol=1e-6, atol=1e-9, err_msg=f"step {step}")
+    assert len(tx) > 50
+    # Most updates computed only some flows again (else this tests nothing new).
+    assert live.full_recomputes < live.updates / 4
+
+
+def test_a_flow_that_stops_gives_its_share_to_the_flows_of_its_bottleneck():
+    # Link 0 (10) shared by flows 0 and 1; flow 1 also crosses link 1 (4),
+    # flow 2 crosses link 1 alone ... then flow 0 stops.
+    paths = Paths(3)
+    for flow, path in enumerate([[0], [0, 1], [1]]):
+        paths.give(flow, path)
+    live = LiveRates(2)
+    live.grow_flows(3)
+    live.grow_slots(len(paths.links))
+    capacity, caps = np.array([10.0, 4.0]), np.full(3, np.inf)
+    tx = np.arange(3)
+    live.insert(tx, paths.start, paths.length, paths.links)
+    live.update(tx, paths.start, paths.length, paths.links, capacity, caps)
+    np.testing.assert_allclose(live.rate[tx], [8.0, 2.0, 2.0])
+    live.remove([1], paths.start, paths.length, paths.links)
+    tx = np.array([0, 2])
+    live.update(tx, paths.start, paths.length, paths.links, capacity, caps)
+    np.testing.assert_allclose(live.rate[tx], [10.0, 4.0])
+    assert live.rate[1] == 0.0
