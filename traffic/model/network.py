@@ -143,7 +143,7 @@ class _PacketHops:
     router_ids: Dict[str, int]
     key_index: Dict[Tuple[str, str], int]        # pair (u, v) -> its order
     key_lists: List[int]                         # wires per pair
-    entries: np.ndarray = None                   # (from, to, link, pair, position) rows
+    entries: Optional[np.ndarray] = None         # (from, to, link, pair, position) rows
     attach: Dict[str, Tuple[str, int, int]] = field(default_factory=dict)
     first_link: Dict[Tuple[str, str], int] = field(default_factory=dict)  # (u, host) -> link
 
@@ -207,7 +207,7 @@ class ModelNetwork:
         self.down_nodes: Set[str] = set()
         self.excluded_ports: Set[Tuple[str, int]] = self._fast_lane_ports()
         self._attach: Dict[str, Tuple[str, int, int]] = {}
-        self._packet_hops: Optional[Dict[Tuple[str, str], List[List[int]]]] = None
+        self._packet_hops: Optional[_PacketHops] = None     # see _packet_state
         self.rebuild()
 
     # ------------------------------------------------------------ wiring

@@ -9,7 +9,7 @@ after a change computes again only the flows whose rates must change.
 
 When is an allocation the max-min one?  When it is feasible and every flow
 has a *bottleneck*: its own cap, or a saturated link on which no flow gets
-more than it does.  That condition is local: a flow's only depends on its
+more than it does.  That condition is local: a flow's depends only on its
 own rate and, on each link it crosses, the link's capacity, its total rate
 and its largest rate.  So after a change only the flows crossing a link
 whose capacity, members or rates changed can have lost their bottleneck.
@@ -42,7 +42,9 @@ What it keeps, per link: the transmitting flows crossing it (a doubly linked
 list through their path entries: the engine's paths are slices of one array,
 so entry ``e`` of that array is the *slot* of its flow on link
 ``links[e]``), their number and their total rate.  Per flow: its rate.
-Everything else is scratch, all -1 / False again between calls.
+Everything else is scratch, read only where the same call wrote it (stamps
+tell a pass's marks from older ones).  The linked lists cost three integers
+per path entry ever given (about 90 MB for an RL iteration at 4,096 GPUs).
 """
 
 from __future__ import annotations
