@@ -548,7 +548,7 @@ def test_rates_kept_between_events_equal_the_rates_of_every_flow_computed_anew(s
     from traffic.model.maxmin import max_min_rates
 
     rng = np.random.default_rng(seed)
-    n_links, n_flows = 120, 300             # sparse: many small components
+    n_links, n_flows = 120, 300             # sparse: most changes reach few flows
     capacity = rng.uniform(1.0, 10.0, n_links) * GBPS
     capacity[:2] = np.inf
     choice = {"shift": 0}

@@ -101,3 +101,19 @@ def test_a_flow_that_stops_gives_its_share_to_the_flows_of_its_bottleneck():
     live.update(tx, paths.start, paths.length, paths.links, capacity, caps)
     np.testing.assert_allclose(live.rate[tx], [10.0, 4.0])
     assert live.rate[1] == 0.0
+
+
+def test_stats_count_what_the_updates_did():
+    paths = Paths(2)
+    paths.give(0, [0])
+    paths.give(1, [0])
+    live = LiveRates(1)
+    live.grow_flows(2)
+    live.grow_slots(len(paths.links))
+    tx = np.arange(2)
+    live.insert(tx, paths.start, paths.length, paths.links)
+    live.update(tx, paths.start, paths.length, paths.links, np.array([10.0]), np.full(2, np.inf))
+    stats = live.stats()
+    # Both flows are new: more than half of them, so every rate is filled anew.
+    assert stats["updates"] == 1 and stats["full_share"] == 1.0
+    assert stats["filled_per_update"] == 2

@@ -270,6 +270,10 @@ class FlowSim:
         start = self._path_start[flow]
         return self._path_links[start:start + self._path_len[flow]].copy()
 
+    def rate_update_stats(self) -> dict:
+        """How much each recomputation of the rates did (`LiveRates.stats`)."""
+        return self._live.stats()
+
     def rates_bps(self) -> Tuple[np.ndarray, np.ndarray]:
         """(flow ids, rates in bits per second) of the transmitting flows now."""
         self._refresh_rates()

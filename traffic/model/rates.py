@@ -155,6 +155,15 @@ class LiveRates:
     def capacity_changed(self, links) -> None:
         self._dirty.append(np.asarray(links, dtype=np.int64))
 
+    def stats(self) -> dict:
+        """Per update, on average: the flows filled, the fillings and the
+        bottleneck checks; and the share of updates that filled every flow."""
+        per = max(self.updates, 1)
+        return {"updates": self.updates, "filled_per_update": self.flows_computed / per,
+                "fills_per_update": self.fills / per,
+                "checks_per_update": self.flows_checked / per,
+                "full_share": self.full_recomputes / per}
+
     # ------------------------------------------------------------------ rates
     def update(self, tx, path_start, path_len, path_links, capacity, caps) -> None:
         """Make ``rate`` the max-min rates of the transmitting flows ``tx``
@@ -165,14 +174,14 @@ class LiveRates:
         dirty = np.concatenate(self._dirty) if self._dirty else empty
         self._seeds, self._dirty = [], []
         self.updates += 1
-        full, computed, passes, checked = _update(seeds, dirty, len(tx), path_start, path_len, path_links,
-                       self._slot_next, self._slot_flow, self._link_head, self._link_count,
-                       self._link_total, self._link_stamp, self._link_max_stamp,
-                       self._link_max, self._residual, self._local_id, capacity, caps,
-                       self.rate, self._in_lists, self._in_set, self._flow_stamp,
-                       self._stamp, CHECK_TOLERANCE, FULL_RECOMPUTE_SHARE)
+        full, computed, fills, checked = _update(
+            seeds, dirty, len(tx), path_start, path_len, path_links, self._slot_next,
+            self._slot_flow, self._link_head, self._link_total, self._link_stamp,
+            self._link_max_stamp, self._link_max, self._residual, self._local_id, capacity,
+            caps, self.rate, self._in_lists, self._in_set, self._flow_stamp, self._stamp,
+            CHECK_TOLERANCE, FULL_RECOMPUTE_SHARE)
         self.flows_computed += computed
-        self.fills += passes
+        self.fills += fills
         self.flows_checked += checked
         if full:
             self.full_recomputes += 1
@@ -294,20 +303,18 @@ def _has_bottleneck(f, stamp, path_start, path_len, links, slot_next, slot_flow,
 
 @njit(cache=True)
 def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flow, link_head,
-            link_count, link_total, link_stamp, link_max_stamp, link_max, residual, local_id,
+            link_total, link_stamp, link_max_stamp, link_max, residual, local_id,
             capacity, caps, rate, in_lists, in_set, flow_stamp, stamp_box, tolerance,
             full_share):
-    """The update of the module docstring.  Returns True when every rate
-    must be computed anew instead (A too large, or not converging), and
-    A's size."""
+    """The update of the module docstring.  Returns (whether every rate
+    must be computed anew instead: A too large, or not converging; A's size;
+    the fillings of A; the bottleneck checks)."""
     # A, the flows to compute, as a growing list.
     members = np.empty(max(len(seeds), 16), dtype=np.int64)
     n_members = 0
     for f in seeds:
         if in_lists[f] and not in_set[f]:
-            if n_members == len(members):
-                members = _doubled(members)
-            members[n_members] = f
+            members = _pushed(members, n_members, f)
             n_members += 1
             in_set[f] = True
     filled = 0                          # A's size at the last fill (0: never filled)
@@ -380,9 +387,7 @@ def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flo
                             g, stamp, path_start, path_len, links, slot_next, slot_flow,
                             link_head, link_total, link_max_stamp, link_max, capacity, caps,
                             rate, tolerance):
-                        if n_violators == len(violators):
-                            violators = _doubled(violators)
-                        violators[n_violators] = g
+                        violators = _pushed(violators, n_violators, g)
                         n_violators += 1
                 e = slot_next[e]
         if n_violators == 0:
@@ -404,9 +409,7 @@ def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flo
                     h = slot_flow[s]
                     if not in_set[h]:
                         in_set[h] = True
-                        if n_members == len(members):
-                            members = _doubled(members)
-                        members[n_members] = h
+                        members = _pushed(members, n_members, h)
                         n_members += 1
                     s = slot_next[s]
         if n_members == before:
@@ -421,7 +424,12 @@ def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flo
 
 
 @njit(cache=True)
-def _doubled(array):
-    grown = np.empty(2 * len(array), dtype=array.dtype)
-    grown[:len(array)] = array
-    return grown
+def _pushed(array, used, value):
+    """``array`` with ``value`` at ``used`` (the first ``used`` are taken),
+    doubled first when it is full."""
+    if used == len(array):
+        grown = np.empty(2 * len(array), dtype=array.dtype)
+        grown[:used] = array
+        array = grown
+    array[used] = value
+    return array
