@@ -332,6 +332,7 @@ def test_add_links_and_growth_in_chunks():
 def test_progress_is_called_during_long_runs(monkeypatch):
     import traffic.model.engine as engine
     monkeypatch.setattr(engine, "PROGRESS_PERIOD_S", 0.0)
+    monkeypatch.setattr(engine, "PROGRESS_EVENTS", 1)
     seen = []
     star = Star(3)
     sim = star.sim(progress=lambda s: seen.append(s.now))

@@ -104,29 +104,38 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 from numba import njit
 
+from traffic.model import events
+# Flow states (values of FlowSim.state):
+#   WAITING    added, not released: waits for its dependencies or its time
+#   ACTIVE     released: has a path; transmits (maybe at rate 0) after startup_s
+#   DRAINED    every byte sent; the last ones are still propagating
+#   DONE       every byte arrived: end_s is set
+#   CANCELLED  stopped by cancel(); its dependents never start
+from traffic.model.events import (ABSOLUTE_TIME_TOLERANCE, ACTIVE, CANCELLED,  # noqa: F401
+                                  DONE, DRAINED, RELATIVE_TIME_TOLERANCE, WAITING)
 from traffic.model.rates import LiveRates
 
-# Flow states (values of FlowSim.state).
-WAITING = 0      # added, not released: waits for its dependencies or its time
-ACTIVE = 1       # released: has a path; transmits (maybe at rate 0) after startup_s
-DRAINED = 2      # every byte sent; the last ones are still propagating
-DONE = 3         # every byte arrived: end_s is set
-CANCELLED = 4    # stopped by cancel(); its dependents never start
-
 STATE_NAMES = ("WAITING", "ACTIVE", "DRAINED", "DONE", "CANCELLED")
-
-# Drains and events this close are simultaneous: relative to now, plus absolute.
-RELATIVE_TIME_TOLERANCE = 1e-9
-ABSOLUTE_TIME_TOLERANCE = 1e-12
 
 # A flow blocked by a cancelled dependency never counts down to zero.
 _NEVER = np.iinfo(np.int64).max // 2
 
-# Heap event kinds.
-_RELEASE, _TRANSMIT, _DONE, _CALL = range(4)
-
-# How often, in wall-clock seconds, progress(sim) is called during run().
+# How often, in wall-clock seconds, progress(sim) is called during run(),
+# looked at every PROGRESS_EVENTS events.
 PROGRESS_PERIOD_S = 1.0
+PROGRESS_EVENTS = 500
+
+# What FlowSim routes with when it has no compiled tables (events.run_events
+# then returns at each release and FlowSim calls its router): empty, of the
+# types of `network.ModelNetwork.route_tables`, so that one compiled loop
+# serves both.
+_NO_TABLES = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+              np.zeros(0, dtype=np.uint64), np.zeros((0, 2), dtype=np.int64),
+              np.zeros((0, 2), dtype=np.int64), np.zeros((0, 0), dtype=np.int32),
+              np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+              np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+              np.zeros(0, dtype=np.int64), np.uint64(0), 0, False,
+              np.zeros(0, dtype=np.bool_))
 
 Router = Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]
 
@@ -140,6 +149,13 @@ class FlowSim:
     ``hop_latency_s``: propagation per link of a path, after the drain.
     ``startup_s``: from release to the first byte (connection set-up).
     ``on_done(flow_ids, t)``: called once per batch of flows done at ``t``.
+    ``on_tag_done(tags, t)``: called with the tags (``add_flows``' ``tag``)
+    whose last flow was done at ``t``; cheaper than ``on_done``, which
+    stops the compiled event loop at every event that ends flows.
+    ``tables()``: the router's compiled tables
+    (`network.ModelNetwork.route_tables`), asked for before each run of
+    the compiled loop, which then routes the flows it releases itself;
+    without them it stops at every release and calls ``router``.
     ``progress(sim)``: called about once per wall-clock second of ``run``.
     ``coalesce``: 0 (default) is exact; c > 0 drains, in one event, every
     flow that would drain within c x its transfer time of the earliest drain
@@ -149,6 +165,8 @@ class FlowSim:
     def __init__(self, capacity_bps, router: Router, *, efficiency: float = 1.0,
                  hop_latency_s: float = 0.0, startup_s: float = 0.0,
                  on_done: Optional[Callable[[np.ndarray, float], None]] = None,
+                 on_tag_done: Optional[Callable[[np.ndarray, float], None]] = None,
+                 tables: Optional[Callable[[], tuple]] = None,
                  progress: Optional[Callable[["FlowSim"], None]] = None,
                  coalesce: float = 0.0):
         if not 0.0 < efficiency:
@@ -160,12 +178,20 @@ class FlowSim:
         self.hop_latency_s = float(hop_latency_s)
         self.startup_s = float(startup_s)
         self.on_done = on_done
+        self.on_tag_done = on_tag_done
+        self.tables = tables
         self.progress = progress
         if not 0.0 <= coalesce < 1.0:
             raise ValueError(f"coalesce must be in [0, 1), got {coalesce}")
         self.coalesce = float(coalesce)
-        self.now = 0.0
         self.n_flows = 0
+        # The compiled loop's counters and clock (see `events`).
+        self._box = np.zeros(events.BOX_SIZE, dtype=np.int64)
+        self._clock = np.array([0.0, np.inf, np.inf])
+        self._params = np.array([self.hop_latency_s, self.startup_s, self.coalesce])
+        self._flags = np.array([on_done is not None, on_tag_done is not None,
+                                tables is not None, 0],
+                               dtype=np.int64)
 
         self._capacity = np.array(capacity_bps, dtype=np.float64).reshape(-1)
         self._check_capacity(self._capacity)
@@ -191,10 +217,21 @@ class FlowSim:
         self._path_start = np.zeros(0, dtype=np.int64)
         self._path_len = np.zeros(0, dtype=np.int64)
         self._transmitting = np.zeros(0, dtype=bool)
+        # The transmitting flows (those stopped since the last rates update
+        # too) and their rates; scratch of the compiled loop.
+        self._tx_ids = np.zeros(0, dtype=np.int64)
+        self._tx_rate = np.zeros(0)
+        self._time_left = np.zeros(0)
+        self._fin_buf = np.zeros(0, dtype=np.int64)
+        self._rel_buf = np.zeros(0, dtype=np.int64)
+        self._txm_buf = np.zeros(0, dtype=np.int64)
+        # Per tag: its flows not done yet; the tags done at an event.
+        self._tag_left = np.zeros(0, dtype=np.int64)
+        self._tags_done = np.zeros(0, dtype=np.int64)
 
         # Every path ever given, appended: a flow's path is a slice of it.
         self._path_links = np.zeros(1024, dtype=np.int64)
-        self._path_used = 0
+        self._live.grow_slots(len(self._path_links))
 
         # Pending dependency edges (src -> dst), appended per add_flows batch
         # sorted by src: a *run* is the slice of one batch's edges out of one
@@ -210,16 +247,30 @@ class FlowSim:
         self._runs_used = 0
         self._first_run = np.zeros(0, dtype=np.int64)
 
-        # The transmitting flows and their current rates (bits per second).
-        self._tx_ids = np.zeros(0, dtype=np.int64)
-        self._tx_rate = np.zeros(0)
-        self._rates_stale = False
-
-        self._heap: list = []
+        # Flow events (one entry per flow: time, order, kind, flow) in the
+        # compiled loop's heap, with room for every flow and every cancelled
+        # one's stale entry; `at` callbacks in a Python heap.
+        self._heap = (np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8),
+                      np.zeros(0, dtype=np.int64))
+        self._cancelled = 0
+        self._calls: list = []
         self._sequence = itertools.count()   # FIFO order among equal times
         self._last_progress = time.monotonic()
-        self.events_processed = 0
-        self.rate_computations = 0
+
+    # ------------------------------------------------------------------ clock
+
+    @property
+    def now(self) -> float:
+        """Simulated time (seconds)."""
+        return float(self._clock[events.NOW])
+
+    @property
+    def events_processed(self) -> int:
+        return int(self._box[events.EVENTS])
+
+    @property
+    def rate_computations(self) -> int:
+        return int(self._box[events.RATE_UPDATES])
 
     # ------------------------------------------------------------------ views
 
@@ -276,8 +327,10 @@ class FlowSim:
 
     def rates_bps(self) -> Tuple[np.ndarray, np.ndarray]:
         """(flow ids, rates in bits per second) of the transmitting flows now."""
-        self._refresh_rates()
-        return self._tx_ids.copy(), self._tx_rate.copy()
+        events.refresh_rates(self._flow_arrays(), self._live.arrays(), self._path_links,
+                             self._buffers(), self._box, self._effective_capacity)
+        count = self._box[events.TX_N]
+        return self._tx_ids[:count].copy(), self._tx_rate[:count].copy()
 
     # ------------------------------------------------------------------ links
 
@@ -296,7 +349,7 @@ class FlowSim:
         self._effective_capacity[links] = self._capacity[links] * self.efficiency
         if len(changed):
             self._live.capacity_changed(changed)
-            self._rates_stale = True
+            self._box[events.STALE] = 1
 
     def add_links(self, capacity_bps) -> np.ndarray:
         """Append links; returns their ids."""
@@ -324,8 +377,40 @@ class FlowSim:
             new = np.full(room, fill, dtype=old.dtype)
             new[:self.n_flows] = old[:self.n_flows]
             setattr(self, name, new)
+        # The compiled loop's buffers, whole: add_flows may run from on_done,
+        # in the middle of an event.
+        for name in ("_tx_ids", "_tx_rate", "_time_left", "_fin_buf", "_rel_buf",
+                     "_txm_buf"):
+            old = getattr(self, name)
+            new = np.zeros(room, dtype=old.dtype)
+            new[:len(old)] = old
+            setattr(self, name, new)
         self._room = room
         self._live.grow_flows(room)
+        self._grow_heap()
+
+    def _grow_heap(self) -> None:
+        """Room for an entry per flow and per cancelled flow (events' docstring)."""
+        needed = self._room + self._cancelled
+        if needed <= len(self._heap[0]):
+            return
+        size = max(needed, 2 * len(self._heap[0]))
+        grown = []
+        for old in self._heap:
+            new = np.zeros(size, dtype=old.dtype)
+            new[:len(old)] = old
+            grown.append(new)
+        self._heap = tuple(grown)
+
+    def _flow_arrays(self) -> tuple:
+        return (self._state, self._bytes_total, self._bytes_left, self._released,
+                self._drained, self._end, self._delay, self._cap, self._deps_left,
+                self._deps_end, self._path_start, self._path_len, self._transmitting,
+                self._tag, self._tag_left)
+
+    def _buffers(self) -> tuple:
+        return (self._tx_ids, self._tx_rate, self._time_left, self._fin_buf, self._rel_buf,
+                self._txm_buf, self._tags_done)
 
     @staticmethod
     def _append(array: np.ndarray, used: int, values: np.ndarray) -> np.ndarray:
@@ -385,6 +470,16 @@ class FlowSim:
         self._cap[ids] = cap
         self._tag[ids] = np.broadcast_to(np.asarray(-1 if tag is None else tag,
                                                     dtype=np.int64), (count,))
+        tags = self._tag[ids]
+        tags = tags[tags >= 0]
+        if len(tags):
+            top = int(tags.max()) + 1
+            if top > len(self._tag_left):
+                grown = np.zeros(max(top, 2 * len(self._tag_left)), dtype=np.int64)
+                grown[:len(self._tag_left)] = self._tag_left
+                self._tag_left = grown
+                self._tags_done = np.zeros(len(grown), dtype=np.int64)
+            np.add.at(self._tag_left, tags, 1)
 
         # Dependencies already met count at once; cancelled ones block forever.
         src_state = self._state[dep_src]
@@ -435,22 +530,11 @@ class FlowSim:
         return src, dst
 
     def _schedule_releases(self, ids: np.ndarray, times: np.ndarray) -> None:
-        self._push_grouped(_RELEASE, ids, times)
-
-    def _push_grouped(self, kind: int, ids: np.ndarray, times: np.ndarray) -> None:
-        """One heap event of ``kind`` per distinct time among ``times``."""
-        if len(ids) == 0:
-            return
-        first = times[0]
-        if times.min() == first == times.max():         # the usual case: one time
-            heapq.heappush(self._heap, (float(first), next(self._sequence), kind, ids))
-            return
+        # In time order, so that flows released together keep their order.
         order = np.argsort(times, kind="stable")
-        times, ids = times[order], ids[order]
-        bounds = np.concatenate(([0], np.flatnonzero(times[1:] != times[:-1]) + 1, [len(ids)]))
-        for start, stop in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            heapq.heappush(self._heap, (float(times[start]), next(self._sequence), kind,
-                                        ids[start:stop]))
+        events.heap_push_many(self._heap, self._box,
+                              np.ascontiguousarray(times[order], dtype=np.float64),
+                              events.RELEASE, np.ascontiguousarray(ids[order]))
 
     def reroute(self, flows=None) -> None:
         """Ask the router again for the paths of these ACTIVE flows (None: all)."""
@@ -464,7 +548,7 @@ class FlowSim:
             self._live.remove(moving, self._path_start, self._path_len, self._path_links)
             self._route(flows)
             self._live.insert(moving, self._path_start, self._path_len, self._path_links)
-            self._rates_stale = True
+            self._box[events.STALE] = 1
 
     def cancel(self, flows) -> np.ndarray:
         """Stop flows now; returns the bytes each had sent (all, if DONE)."""
@@ -473,18 +557,20 @@ class FlowSim:
         stopping = flows[(self._state[flows] != DONE) & (self._state[flows] != CANCELLED)]
         if len(stopping):
             self._state[stopping] = CANCELLED
+            self._cancelled += len(stopping)
+            self._grow_heap()
             if self._transmitting[stopping].any():
                 self._live.remove(stopping, self._path_start, self._path_len,
                                   self._path_links)
                 self._transmitting[stopping] = False
-                self._rates_stale = True
+                self._box[events.STALE] = 1
         return delivered
 
     def at(self, t: float, callback: Callable[["FlowSim"], None]) -> None:
         """Run ``callback(sim)`` at simulated time ``t`` (>= now)."""
         if not t >= self.now:
             raise ValueError(f"at({t}): time is before now ({self.now})")
-        heapq.heappush(self._heap, (float(t), next(self._sequence), _CALL, callback))
+        heapq.heappush(self._calls, (float(t), next(self._sequence), callback))
 
     # ------------------------------------------------------------------ internals
 
@@ -498,33 +584,19 @@ class FlowSim:
             raise ValueError("router returned unknown link ids")
         links = links[indptr[0]:indptr[-1]]
         indptr = indptr - indptr[0]
-        self._path_start[flows] = self._path_used + indptr[:-1]
+        used = int(self._box[events.PATH_USED])
+        self._path_start[flows] = used + indptr[:-1]
         self._path_len[flows] = np.diff(indptr)
-        self._path_links = self._append(self._path_links, self._path_used, links)
-        self._path_used += len(links)
+        self._path_links = self._append(self._path_links, used, links)
+        self._box[events.PATH_USED] = used + len(links)
         self._live.grow_slots(len(self._path_links))
 
-    def _start_transmitting(self, flows: np.ndarray) -> None:
-        flows = flows[self._state[flows] == ACTIVE]
-        flows = flows[~self._transmitting[flows]]
-        if len(flows):
-            self._transmitting[flows] = True
-            self._tx_ids = np.concatenate([self._tx_ids, flows])
-            self._live.insert(flows, self._path_start, self._path_len, self._path_links)
-            self._rates_stale = True
-
-    def _refresh_rates(self) -> None:
-        if not self._rates_stale:
-            return
-        tx = self._tx_ids[self._transmitting[self._tx_ids]]
-        self._tx_ids = tx
-        # Inputs already checked: capacities and caps when set, links when
-        # routed.  A flow with no path (yet, or a dead end) has rate 0: it waits.
-        self._live.update(tx, self._path_start, self._path_len, self._path_links,
-                          self._effective_capacity, self._cap)
-        self._tx_rate = self._live.rate[tx]
-        self._rates_stale = False
-        self.rate_computations += 1
+    def _grow_paths(self, needed: int) -> None:
+        if needed > len(self._path_links):
+            grown = np.zeros(max(needed, 2 * len(self._path_links)), dtype=np.int64)
+            grown[:len(self._path_links)] = self._path_links
+            self._path_links = grown
+            self._live.grow_slots(len(grown))
 
     def _add_dependency_edges(self, src: np.ndarray, dst: np.ndarray) -> None:
         """Store pending edges src -> dst: one run per distinct src, in front of its list."""
@@ -549,168 +621,53 @@ class FlowSim:
         self._runs_used += len(run_src)
         self._first_run[run_src] = runs
 
-    def _dependents(self, finished: np.ndarray) -> np.ndarray:
-        """Dependents of ``finished`` (with repeats); O(len(finished) + their edges)."""
-        return _walk_runs(finished, self._first_run, self._run_start, self._run_len,
-                          self._run_next, self._edge_dst)
-
-    def _finish(self, done: np.ndarray) -> np.ndarray:
-        """Mark flows DONE now; returns the dependents released now."""
-        dependents = self._dependents(done)
-        self._state[done] = DONE
-        self._end[done] = self.now
-        if self.on_done is not None:
-            self.on_done(done, self.now)
-        if len(dependents) == 0:
-            return dependents
-        ready = _count_down(dependents, self._deps_left, self._deps_end, self._state,
-                            self.now)
-        delay = self._delay[ready]
-        later = delay > 0
-        self._schedule_releases(ready[later], self.now + delay[later])
-        return ready[~later]
-
-    def _release(self, flows: np.ndarray) -> None:
-        flows = flows[self._state[flows] == WAITING]
-        if len(flows) == 0:
-            return
-        self._state[flows] = ACTIVE
-        self._released[flows] = self.now
-        self._route(flows)
-        if self.startup_s > 0:
-            heapq.heappush(self._heap, (self.now + self.startup_s, next(self._sequence),
-                                        _TRANSMIT, flows))
-        else:
-            self._start_transmitting(flows)
-
-    def _drain(self, flows: np.ndarray) -> np.ndarray:
-        """Flows whose last byte left now; returns those already DONE (no latency)."""
-        self._bytes_left[flows] = 0.0
-        self._live.remove(flows, self._path_start, self._path_len, self._path_links)
-        self._transmitting[flows] = False
-        self._rates_stale = True
-        self._state[flows] = DRAINED
-        self._drained[flows] = self.now
-        if self.hop_latency_s == 0:
-            return flows
-        latency = self._path_len[flows] * self.hop_latency_s
-        at_once = latency == 0
-        if self.coalesce > 0:
-            # Coalescing: a flow whose last bytes would arrive within coalesce
-            # x its transfer time is done with its drain (early by at most
-            # that, the bound of a coalesced drain), not one event later.
-            sending = self.now - self._released[flows] - self.startup_s
-            at_once |= latency <= self.coalesce * sending
-        self._push_grouped(_DONE, flows[~at_once], self.now + latency[~at_once])
-        return flows[at_once]
-
-    def _tolerance(self, t: float) -> float:
-        return RELATIVE_TIME_TOLERANCE * abs(t) + ABSOLUTE_TIME_TOLERANCE
-
     # ------------------------------------------------------------------ run
 
     def run(self, until: Optional[float] = None) -> None:
         """Process events until none is left, or up to simulated time ``until``."""
+        box, clock = self._box, self._clock
+        clock[events.UNTIL] = np.inf if until is None else float(until)
+        self._flags[events.PROGRESS_EVERY] = PROGRESS_EVENTS if self.progress else 0
         while True:
-            self._refresh_rates()
-            tx, rate = self._tx_ids, self._tx_rate
-            time_left = _times_to_drain(tx, rate, self._bytes_left)
-            next_drain = self.now + (time_left.min() if len(time_left) else np.inf)
-            next_event = self._heap[0][0] if self._heap else np.inf
-            t_next = min(next_drain, next_event)
-            if t_next == np.inf or (until is not None and t_next > until):
-                if until is not None and until > self.now:
-                    _advance(tx, rate, until - self.now, self._bytes_left)
-                    self.now = float(until)
+            clock[events.CALL_AT] = self._calls[0][0] if self._calls else np.inf
+            code = events.run_events(
+                self._flow_arrays(),
+                (self._first_run, self._run_start, self._run_len, self._run_next,
+                 self._edge_dst),
+                self._live.arrays(), self._path_links, self._heap, self._buffers(), box,
+                clock, self._params, self._flags, self._effective_capacity,
+                self.tables() if self.tables is not None else _NO_TABLES)
+            if code == events.IDLE:
                 return
-
-            step = t_next - self.now
-            tolerance = self._tolerance(t_next)
-            # Also drained now, with coalescing, the flows due within coalesce
-            # x (their size at their current rate): they skip at most a
-            # fraction coalesce of their bytes.  A flow at rate 0 (dark link,
-            # no path) has no slack: it waits.
-            draining = _draining(tx, rate, time_left, self._bytes_total,
-                                 step + tolerance if next_drain <= t_next + tolerance else -1.0,
-                                 self.coalesce)
-            _advance(tx, rate, step, self._bytes_left)
-            self.now = float(t_next)
-            self.events_processed += 1
-
-            done = [self._drain(draining)] if len(draining) else []
-            releases, transmits, calls = [], [], []
-            while self._heap and self._heap[0][0] <= self.now + tolerance:
-                _, _, kind, payload = heapq.heappop(self._heap)
-                if kind == _RELEASE:
-                    releases.append(payload)
-                elif kind == _TRANSMIT:
-                    transmits.append(payload)
-                elif kind == _DONE:
-                    done.append(payload)
-                else:
-                    calls.append(payload)
-
-            if done:
-                finished = np.concatenate(done)
-                finished = finished[self._state[finished] == DRAINED]
-                if len(finished):
-                    releases.append(self._finish(finished))
-            if releases:
-                self._release(np.concatenate(releases))
-            if transmits:
-                self._start_transmitting(np.concatenate(transmits))
-            for callback in calls:
-                callback(self)
-
-            if self.progress is not None:
+            if code == events.CALLS:
+                limit = self.now + events.tolerance(self.now)
+                due = []
+                while self._calls and self._calls[0][0] <= limit:
+                    due.append(heapq.heappop(self._calls)[2])
+                for callback in due:
+                    callback(self)
+            elif code == events.NOTIFY:
+                if self.on_done is not None and box[events.FIN_N]:
+                    self.on_done(self._fin_buf[:box[events.FIN_N]].copy(), self.now)
+                if self.on_tag_done is not None and box[events.TAGS_N]:
+                    tags = self._tags_done[:box[events.TAGS_N]].copy()
+                    box[events.TAGS_N] = 0
+                    self.on_tag_done(tags, self.now)
+            elif code == events.ROUTE:
+                self._route(self._rel_buf[:box[events.REL_N]].copy())
+                box[events.STAGE] = events.STARTING
+            elif code == events.GROW:
+                self._grow_paths(int(box[events.NEEDED]))
+            elif code == events.PROGRESS and self.progress is not None:
                 wall = time.monotonic()
                 if wall - self._last_progress >= PROGRESS_PERIOD_S:
                     self._last_progress = wall
                     self.progress(self)
 
 
-
 # ---------------------------------------------------------------- compiled steps
 # The per-event arithmetic over the transmitting flows, compiled: at about a
 # thousand flows an event, numpy's per-call cost was most of an event's.
-
-@njit(cache=True)
-def _walk_runs(finished, first_run, run_start, run_len, run_next, edge_dst):
-    """The dependents of ``finished``, with repeats: every edge of every run
-    in each flow's linked list of runs (see FlowSim's dependency edges)."""
-    total = 0
-    for flow in finished:
-        run = first_run[flow]
-        while run >= 0:
-            total += run_len[run]
-            run = run_next[run]
-    out = np.empty(total, dtype=np.int64)
-    k = 0
-    for flow in finished:
-        run = first_run[flow]
-        while run >= 0:
-            for e in range(run_start[run], run_start[run] + run_len[run]):
-                out[k] = edge_dst[e]
-                k += 1
-            run = run_next[run]
-    return out
-
-
-@njit(cache=True)
-def _count_down(dependents, deps_left, deps_end, state, now):
-    """One finished dependency per entry of ``dependents``: count each flow's
-    down, note ``now`` as its latest dependency end, and return, ascending,
-    those left with none that still wait (WAITING)."""
-    ready = np.empty(len(dependents), dtype=np.int64)
-    n_ready = 0
-    for flow in dependents:
-        deps_left[flow] -= 1
-        deps_end[flow] = now
-        if deps_left[flow] == 0 and state[flow] == 0:      # 0: WAITING
-            ready[n_ready] = flow
-            n_ready += 1
-    return np.sort(ready[:n_ready])
-
 
 @njit(cache=True)
 def _group_by_source(src, dst):
@@ -746,43 +703,3 @@ def _group_by_source(src, dst):
     return sources, bounds, grouped
 
 
-@njit(cache=True)
-def _times_to_drain(tx, rate, bytes_left):
-    """Seconds until each flow's last byte leaves at its rate (inf at rate 0)."""
-    out = np.empty(len(tx))
-    for i in range(len(tx)):
-        bits = bytes_left[tx[i]] * 8.0
-        if bits <= 0.0:
-            out[i] = 0.0
-        elif rate[i] > 0.0:
-            out[i] = bits / rate[i]
-        else:
-            out[i] = np.inf
-    return out
-
-
-@njit(cache=True)
-def _draining(tx, rate, time_left, bytes_total, within, coalesce):
-    """The flows that drain at this event: due within ``within`` seconds
-    (< 0: none), or, with coalescing, within ``within`` + coalesce x their
-    transfer time at their current rate."""
-    out = np.empty(len(tx), dtype=np.int64)
-    count = 0
-    if within < 0.0:
-        return out[:0]
-    for i in range(len(tx)):
-        slack = coalesce * 8.0 * bytes_total[tx[i]] / rate[i] if rate[i] > 0.0 else 0.0
-        if time_left[i] <= within + slack:
-            out[count] = tx[i]
-            count += 1
-    return out[:count]
-
-
-@njit(cache=True)
-def _advance(tx, rate, step, bytes_left):
-    """Move every transmitting flow's bytes forward by ``step`` seconds."""
-    if step <= 0.0:
-        return
-    for i in range(len(tx)):
-        if rate[i] > 0.0:
-            bytes_left[tx[i]] = max(bytes_left[tx[i]] - rate[i] * (step / 8.0), 0.0)

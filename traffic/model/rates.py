@@ -52,8 +52,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from traffic.model.maxmin import (RELATIVE_TOLERANCE, _progressive_filling,
-                                  max_min_rates_of_paths)
+from traffic.model.maxmin import RELATIVE_TOLERANCE, _progressive_filling
 
 # A flow has a bottleneck when its link is full, and its rate the largest
 # there, to within this: looser than the filling's own tolerance, so that
@@ -95,14 +94,34 @@ class LiveRates:
         self._residual = np.zeros(0)
         self._local_id = np.zeros(0, dtype=np.int64)
         self._stamp = np.zeros(1, dtype=np.int64)   # the last check pass's number
-        self._seeds: list = []
-        self._dirty: list = []
+        # The changes since the last update, each once: the flows that
+        # started or moved (seeds) and the links that changed (dirty).
+        self._seeds = np.zeros(0, dtype=np.int64)
+        self._seeded = np.zeros(0, dtype=np.bool_)
+        self._dirty = np.zeros(0, dtype=np.int64)
+        self._dirty_flag = np.zeros(0, dtype=np.bool_)
+        # Counters, read and written by the compiled functions (see _COUNTS).
+        self._counts = np.zeros(len(_COUNTS), dtype=np.int64)
+        self._arrays = None
         self.grow_links(n_links)
-        self.updates = 0
-        self.full_recomputes = 0
-        self.flows_computed = 0                     # in A, summed over the updates
-        self.fills = 0                              # fillings of A, summed
-        self.flows_checked = 0                      # bottleneck checks, summed
+
+    updates = property(lambda self: int(self._counts[UPDATES]))
+    full_recomputes = property(lambda self: int(self._counts[FULL]))
+    flows_computed = property(lambda self: int(self._counts[COMPUTED]))   # in A, summed
+    fills = property(lambda self: int(self._counts[FILLS]))               # fillings of A
+    flows_checked = property(lambda self: int(self._counts[CHECKED]))     # bottleneck checks
+
+    def arrays(self) -> tuple:
+        """Every array, as the compiled functions take them (`live_insert`,
+        `live_remove`, `live_dirty`, `live_update`); made again after growth."""
+        if self._arrays is None:
+            self._arrays = (self.rate, self._in_lists, self._in_set, self._flow_stamp,
+                            self._slot_next, self._slot_prev, self._slot_flow,
+                            self._link_head, self._link_count, self._link_total,
+                            self._link_stamp, self._link_max_stamp, self._link_max,
+                            self._residual, self._local_id, self._stamp, self._seeds,
+                            self._seeded, self._dirty, self._dirty_flag, self._counts)
+        return self._arrays
 
     # ------------------------------------------------------------------ sizes
     @staticmethod
@@ -114,19 +133,30 @@ class LiveRates:
         return new
 
     def grow_flows(self, n_flows: int) -> None:
+        if n_flows <= len(self.rate):
+            return
         self.rate = self._grown(self.rate, n_flows, 0.0)
         self._in_lists = self._grown(self._in_lists, n_flows, False)
         self._in_set = self._grown(self._in_set, n_flows, False)
         self._flow_stamp = self._grown(self._flow_stamp, n_flows, 0)
+        self._seeds = self._grown(self._seeds, n_flows, 0)
+        self._seeded = self._grown(self._seeded, n_flows, False)
+        self._arrays = None
 
     def grow_slots(self, n_slots: int) -> None:
+        if n_slots <= len(self._slot_next):
+            return
         self._slot_next = self._grown(self._slot_next, n_slots, -1)
         self._slot_prev = self._grown(self._slot_prev, n_slots, -1)
         self._slot_flow = self._grown(self._slot_flow, n_slots, -1)
+        self._arrays = None
 
     def grow_links(self, n_links: int) -> None:
         if n_links <= len(self._link_head):
             return
+        self._arrays = None
+        self._dirty = self._grown(self._dirty, n_links, 0)
+        self._dirty_flag = self._grown(self._dirty_flag, n_links, False)
         self._link_head = self._grown(self._link_head, n_links, -1)
         self._link_count = self._grown(self._link_count, n_links, 0)
         self._link_total = self._grown(self._link_total, n_links, 0.0)
@@ -139,21 +169,16 @@ class LiveRates:
     # ------------------------------------------------------------------ changes
     def insert(self, flows, path_start, path_len, path_links) -> None:
         """Flows that start transmitting on their current paths."""
-        flows = np.asarray(flows, dtype=np.int64)
-        _insert(flows, path_start, path_len, path_links, self._slot_next, self._slot_prev,
-                self._slot_flow, self._link_head, self._link_count, self.rate,
-                self._in_lists)
-        self._seeds.append(flows)
+        live_insert(self.arrays(), np.asarray(flows, dtype=np.int64), path_start, path_len,
+                    path_links)
 
     def remove(self, flows, path_start, path_len, path_links) -> None:
         """Flows that stop transmitting, or whose path is about to change."""
-        flows = np.asarray(flows, dtype=np.int64)
-        self._dirty.append(_remove(flows, path_start, path_len, path_links, self._slot_next,
-                                   self._slot_prev, self._link_head, self._link_count,
-                                   self._link_total, self.rate, self._in_lists))
+        live_remove(self.arrays(), np.asarray(flows, dtype=np.int64), path_start, path_len,
+                    path_links)
 
     def capacity_changed(self, links) -> None:
-        self._dirty.append(np.asarray(links, dtype=np.int64))
+        live_dirty(self.arrays(), np.asarray(links, dtype=np.int64))
 
     def stats(self) -> dict:
         """Per update, on average: the flows filled, the fillings and the
@@ -169,30 +194,86 @@ class LiveRates:
         """Make ``rate`` the max-min rates of the transmitting flows ``tx``
         (those with a path; the others' rate stays 0) on ``capacity`` (one
         per link, already times the efficiency) within ``caps`` (per flow)."""
-        empty = np.zeros(0, dtype=np.int64)
-        seeds = np.concatenate(self._seeds) if self._seeds else empty
-        dirty = np.concatenate(self._dirty) if self._dirty else empty
-        self._seeds, self._dirty = [], []
-        self.updates += 1
-        full, computed, fills, checked = _update(
-            seeds, dirty, len(tx), path_start, path_len, path_links, self._slot_next,
-            self._slot_flow, self._link_head, self._link_total, self._link_stamp,
-            self._link_max_stamp, self._link_max, self._residual, self._local_id, capacity,
-            caps, self.rate, self._in_lists, self._in_set, self._flow_stamp, self._stamp,
-            CHECK_TOLERANCE, FULL_RECOMPUTE_SHARE)
-        self.flows_computed += computed
-        self.fills += fills
-        self.flows_checked += checked
-        if full:
-            self.full_recomputes += 1
-            self._recompute_all(tx, path_start, path_len, path_links, capacity, caps)
+        tx = np.asarray(tx, dtype=np.int64)
+        live_update(self.arrays(), tx, len(tx), path_start, path_len, path_links, capacity,
+                    caps)
 
-    def _recompute_all(self, tx, path_start, path_len, path_links, capacity, caps) -> None:
-        listed = tx[self._in_lists[tx]]
-        self.rate[listed] = max_min_rates_of_paths(path_start[listed], path_len[listed],
-                                                   path_links, capacity, caps[listed],
-                                                   self._local_id)
-        _retotal(listed, path_start, path_len, path_links, self._link_total, self.rate)
+
+# Indices of LiveRates._counts.
+_COUNTS = (N_SEEDS, N_DIRTY, UPDATES, FULL, COMPUTED, FILLS, CHECKED) = range(7)
+
+
+@njit(cache=True)
+def live_insert(live, flows, path_start, path_len, links):
+    """`LiveRates.insert` on its arrays (``live``: `LiveRates.arrays`)."""
+    rate, in_lists, slot_next, slot_prev, slot_flow = live[0], live[1], live[4], live[5], live[6]
+    link_head, link_count, seeds, seeded, counts = live[7], live[8], live[16], live[17], live[20]
+    _insert(flows, path_start, path_len, links, slot_next, slot_prev, slot_flow, link_head,
+            link_count, rate, in_lists)
+    for f in flows:
+        if not seeded[f]:
+            seeded[f] = True
+            seeds[counts[N_SEEDS]] = f
+            counts[N_SEEDS] += 1
+
+
+@njit(cache=True)
+def live_remove(live, flows, path_start, path_len, links):
+    """`LiveRates.remove` on its arrays."""
+    rate, in_lists, slot_next, slot_prev = live[0], live[1], live[4], live[5]
+    link_head, link_count, link_total = live[7], live[8], live[9]
+    left = _remove(flows, path_start, path_len, links, slot_next, slot_prev, link_head,
+                   link_count, link_total, rate, in_lists)
+    live_dirty(live, left)
+
+
+@njit(cache=True)
+def live_dirty(live, links):
+    """Links whose capacity or members changed (each noted once)."""
+    dirty, dirty_flag, counts = live[18], live[19], live[20]
+    for link in links:
+        if not dirty_flag[link]:
+            dirty_flag[link] = True
+            dirty[counts[N_DIRTY]] = link
+            counts[N_DIRTY] += 1
+
+
+@njit(cache=True)
+def live_update(live, tx, n_tx, path_start, path_len, links, capacity, caps):
+    """`LiveRates.update` on its arrays, for the flows ``tx[:n_tx]``."""
+    (rate, in_lists, in_set, flow_stamp, slot_next, slot_prev, slot_flow, link_head,
+     link_count, link_total, link_stamp, link_max_stamp, link_max, residual, local_id, stamp,
+     seeds, seeded, dirty, dirty_flag, counts) = live
+    n_seeds, n_dirty = counts[N_SEEDS], counts[N_DIRTY]
+    for i in range(n_seeds):
+        seeded[seeds[i]] = False
+    for i in range(n_dirty):
+        dirty_flag[dirty[i]] = False
+    counts[N_SEEDS] = 0
+    counts[N_DIRTY] = 0
+    counts[UPDATES] += 1
+    full, computed, fills, checked = _update(
+        seeds[:n_seeds], dirty[:n_dirty], n_tx, path_start, path_len, links, slot_next,
+        slot_flow, link_head, link_total, link_stamp, link_max_stamp, link_max, residual,
+        local_id, capacity, caps, rate, in_lists, in_set, flow_stamp, stamp, CHECK_TOLERANCE,
+        FULL_RECOMPUTE_SHARE)
+    counts[COMPUTED] += computed
+    counts[FILLS] += fills
+    counts[CHECKED] += checked
+    if full:
+        counts[FULL] += 1
+        listed = np.empty(n_tx, dtype=np.int64)
+        n_listed = 0
+        for i in range(n_tx):
+            if in_lists[tx[i]]:
+                listed[n_listed] = tx[i]
+                n_listed += 1
+        listed = listed[:n_listed]
+        new = _progressive_filling(path_start[listed], path_len[listed], links, capacity,
+                                   caps[listed], local_id, RELATIVE_TOLERANCE)
+        for i in range(n_listed):
+            rate[listed[i]] = new[i]
+        _retotal(listed, path_start, path_len, links, link_total, rate)
 
 
 # ---------------------------------------------------------------- compiled steps

@@ -123,7 +123,6 @@ class _PhaseState:
     scheduled: bool = False   # its start is due: every phase it waits for ended
     first: int = 0            # sim ids [first, first + count)
     count: int = 0
-    left: int = 0
 
 
 class ModelIterationRunner:
@@ -160,14 +159,13 @@ class ModelIterationRunner:
         self.sim = FlowSim(self.net.capacity_bps, self._route,
                            efficiency=calibration.efficiency,
                            hop_latency_s=calibration.hop_latency_s,
-                           startup_s=calibration.startup_s, on_done=self._done,
-                           progress=progress, coalesce=coalesce)
+                           startup_s=calibration.startup_s, on_tag_done=self._phases_done,
+                           tables=self._route_tables, progress=progress, coalesce=coalesce)
         self.worker = ControlWorkerModel(self.sim, self.net, tdf, calibration.round_s,
                                          self._reconfigured, self._routes_changed)
         self._src = np.empty(0, dtype=np.int64)
         self._dst = np.empty(0, dtype=np.int64)
         self._key = np.empty(0, dtype=np.uint64)
-        self._owner = np.empty(0, dtype=np.int64)
         self._phases: List[_PhaseState] = []
         self.iterations: List[IterationRun] = []
         self.base = 0.0
@@ -182,17 +180,13 @@ class ModelIterationRunner:
         self.sim.set_capacity(np.arange(len(self.net.capacity_bps)), self.net.capacity_bps)
         self.sim.reroute()
 
-    def _done(self, flows: np.ndarray, t: float) -> None:
-        owners = self._owner[flows]
-        owners = owners[owners >= 0]
-        if not owners.size:
-            return
-        counts = np.bincount(owners)
-        for index in np.flatnonzero(counts):
-            state = self._phases[index]
-            state.left -= int(counts[index])
-            if state.left == 0:
-                self._phase_ended(state, t)
+    def _route_tables(self) -> tuple:
+        return self.net.route_tables(self._src, self._dst, self._key)
+
+    def _phases_done(self, indices: np.ndarray, t: float) -> None:
+        """Every flow of these phases (tagged by their index) is done."""
+        for index in indices.tolist():
+            self._phase_ended(self._phases[index], t)
 
     def _reconfigured(self, reply: ModelReply, record) -> None:
         if record is not None:
@@ -224,11 +218,10 @@ class ModelIterationRunner:
         self._append("_dst", hosts[arrays.dst])
         self._append("_key", self._iteration_keys[state.position] if self.kernel_keys
                      else self.arrays.keys(run.iteration, state.position))
-        self._append("_owner", np.full(count, state.index, dtype=np.int64))
         self.sim.add_flows(arrays.nbytes, delay_s=arrays.at_s,
                            after=(arrays.after_ptr, arrays.after + first), base_s=t,
-                           cap_bps=arrays.cap_bps, tag=None)
-        state.first, state.count, state.left = first, count, count
+                           cap_bps=arrays.cap_bps, tag=state.index)
+        state.first, state.count = first, count
         run.flows_count = count
         run.start = started
 
