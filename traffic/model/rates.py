@@ -60,6 +60,9 @@ from traffic.model.maxmin import RELATIVE_TOLERANCE, _progressive_filling
 # share) is not taken for a violation after rounding.
 CHECK_TOLERANCE = 1e-7
 
+# A flow's bottleneck, besides a link id: its own cap, or none known.
+CAP, UNKNOWN = -2, -1
+
 # Above this share of the transmitting flows to compute again, computing
 # every rate anew is as cheap and starts from exact totals.
 FULL_RECOMPUTE_SHARE = 0.5
@@ -100,6 +103,10 @@ class LiveRates:
         self._seeded = np.zeros(0, dtype=np.bool_)
         self._dirty = np.zeros(0, dtype=np.int64)
         self._dirty_flag = np.zeros(0, dtype=np.bool_)
+        # Per flow, its bottleneck when last checked (a link, CAP, or
+        # UNKNOWN); per link, the check pass that marked it.
+        self._bottleneck = np.zeros(0, dtype=np.int64)
+        self._link_mark = np.zeros(0, dtype=np.int64)
         # Counters, read and written by the compiled functions (see _COUNTS).
         self._counts = np.zeros(len(_COUNTS), dtype=np.int64)
         self._arrays = None
@@ -120,7 +127,8 @@ class LiveRates:
                             self._link_head, self._link_count, self._link_total,
                             self._link_stamp, self._link_max_stamp, self._link_max,
                             self._residual, self._local_id, self._stamp, self._seeds,
-                            self._seeded, self._dirty, self._dirty_flag, self._counts)
+                            self._seeded, self._dirty, self._dirty_flag, self._counts,
+                            self._bottleneck, self._link_mark)
         return self._arrays
 
     # ------------------------------------------------------------------ sizes
@@ -141,6 +149,7 @@ class LiveRates:
         self._flow_stamp = self._grown(self._flow_stamp, n_flows, 0)
         self._seeds = self._grown(self._seeds, n_flows, 0)
         self._seeded = self._grown(self._seeded, n_flows, False)
+        self._bottleneck = self._grown(self._bottleneck, n_flows, UNKNOWN)
         self._arrays = None
 
     def grow_slots(self, n_slots: int) -> None:
@@ -157,6 +166,7 @@ class LiveRates:
         self._arrays = None
         self._dirty = self._grown(self._dirty, n_links, 0)
         self._dirty_flag = self._grown(self._dirty_flag, n_links, False)
+        self._link_mark = self._grown(self._link_mark, n_links, 0)
         self._link_head = self._grown(self._link_head, n_links, -1)
         self._link_count = self._grown(self._link_count, n_links, 0)
         self._link_total = self._grown(self._link_total, n_links, 0.0)
@@ -243,7 +253,7 @@ def live_update(live, tx, n_tx, path_start, path_len, links, capacity, caps):
     """`LiveRates.update` on its arrays, for the flows ``tx[:n_tx]``."""
     (rate, in_lists, in_set, flow_stamp, slot_next, slot_prev, slot_flow, link_head,
      link_count, link_total, link_stamp, link_max_stamp, link_max, residual, local_id, stamp,
-     seeds, seeded, dirty, dirty_flag, counts) = live
+     seeds, seeded, dirty, dirty_flag, counts, bottleneck, link_mark) = live
     n_seeds, n_dirty = counts[N_SEEDS], counts[N_DIRTY]
     for i in range(n_seeds):
         seeded[seeds[i]] = False
@@ -255,8 +265,8 @@ def live_update(live, tx, n_tx, path_start, path_len, links, capacity, caps):
     full, computed, fills, checked = _update(
         seeds[:n_seeds], dirty[:n_dirty], n_tx, path_start, path_len, links, slot_next,
         slot_flow, link_head, link_total, link_stamp, link_max_stamp, link_max, residual,
-        local_id, capacity, caps, rate, in_lists, in_set, flow_stamp, stamp, CHECK_TOLERANCE,
-        FULL_RECOMPUTE_SHARE)
+        local_id, capacity, caps, rate, in_lists, in_set, flow_stamp, stamp, bottleneck,
+        link_mark, CHECK_TOLERANCE, FULL_RECOMPUTE_SHARE)
     counts[COMPUTED] += computed
     counts[FILLS] += fills
     counts[CHECKED] += checked
@@ -273,6 +283,7 @@ def live_update(live, tx, n_tx, path_start, path_len, links, capacity, caps):
                                    caps[listed], local_id, RELATIVE_TOLERANCE)
         for i in range(n_listed):
             rate[listed[i]] = new[i]
+            bottleneck[listed[i]] = UNKNOWN         # found again when next checked
         _retotal(listed, path_start, path_len, links, link_total, rate)
 
 
@@ -362,31 +373,33 @@ def _link_max_rate(link, stamp, link_head, slot_next, slot_flow, rate, link_max_
 
 
 @njit(cache=True)
-def _has_bottleneck(f, stamp, path_start, path_len, links, slot_next, slot_flow, link_head,
-                    link_total, link_max_stamp, link_max, capacity, caps, rate, tolerance):
+def _bottleneck_of(f, stamp, path_start, path_len, links, slot_next, slot_flow, link_head,
+                   link_total, link_max_stamp, link_max, capacity, caps, rate, tolerance):
+    """Flow f's bottleneck: a link of its path, CAP (its own cap, or nothing
+    limits it), or UNKNOWN when it has none (it could get more)."""
     r = rate[f]
     if r == np.inf or r >= caps[f] * (1.0 - tolerance):
-        return True
+        return CAP
     for e in range(path_start[f], path_start[f] + path_len[f]):
         link = links[e]
         c = capacity[link]
         if c <= 0.0:
             if r == 0.0:
-                return True                     # a dark link: waiting is its due
+                return link                     # a dark link: waiting is its due
             continue
         if link_total[link] >= c * (1.0 - tolerance):
             top = _link_max_rate(link, stamp, link_head, slot_next, slot_flow, rate,
                                  link_max_stamp, link_max)
             if r >= top * (1.0 - tolerance):
-                return True
-    return False
+                return link
+    return UNKNOWN
 
 
 @njit(cache=True)
 def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flow, link_head,
             link_total, link_stamp, link_max_stamp, link_max, residual, local_id,
-            capacity, caps, rate, in_lists, in_set, flow_stamp, stamp_box, tolerance,
-            full_share):
+            capacity, caps, rate, in_lists, in_set, flow_stamp, stamp_box, bottleneck,
+            link_mark, tolerance, full_share):
     """The update of the module docstring.  Returns (whether every rate
     must be computed anew instead: A too large, or not converging; A's size;
     the fillings of A; the bottleneck checks)."""
@@ -450,6 +463,8 @@ def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flo
         # Check every flow on a changed link; collect the violators.
         stamp_box[0] += 1
         stamp = stamp_box[0]
+        for j in range(n_check):
+            link_mark[check[j]] = stamp
         violators = np.empty(16, dtype=np.int64)
         n_violators = 0
         for j in range(n_check):
@@ -463,11 +478,24 @@ def _update(seeds, dirty, n_tx, path_start, path_len, links, slot_next, slot_flo
                 g = slot_flow[e]
                 if flow_stamp[g] != stamp or overloaded:
                     flow_stamp[g] = stamp
+                    if overloaded:
+                        violators = _pushed(violators, n_violators, g)
+                        n_violators += 1
+                        e = slot_next[e]
+                        continue
+                    # Its bottleneck still holds if neither its rate (it is
+                    # not in A) nor that link (it is not checked) changed.
+                    found = bottleneck[g]
+                    if not in_set[g] and (found == CAP or (found >= 0 and
+                                                          link_mark[found] != stamp)):
+                        e = slot_next[e]
+                        continue
                     checked += 1
-                    if overloaded or not _has_bottleneck(
-                            g, stamp, path_start, path_len, links, slot_next, slot_flow,
-                            link_head, link_total, link_max_stamp, link_max, capacity, caps,
-                            rate, tolerance):
+                    found = _bottleneck_of(g, stamp, path_start, path_len, links, slot_next,
+                                           slot_flow, link_head, link_total, link_max_stamp,
+                                           link_max, capacity, caps, rate, tolerance)
+                    bottleneck[g] = found
+                    if found == UNKNOWN:
                         violators = _pushed(violators, n_violators, g)
                         n_violators += 1
                 e = slot_next[e]
