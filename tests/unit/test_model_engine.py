@@ -523,6 +523,65 @@ def test_dependencies_as_csr_give_the_same_run_as_lists():
         Star(3).sim().add_flows([1, 1, 1], after=(np.array([0, 0]), np.array([], dtype=int)))
 
 
+def _all_to_all_steps(sim, star, n, steps, size, as_barriers, base=0, entry=()):
+    """``steps`` all-to-alls over ``n`` hosts, each step's flows waiting for
+    every flow of the step before (the first for ``entry``): as lists in
+    ``after``, or as one barrier per step."""
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    per = len(pairs)
+    first = sim.n_flows
+    star.flows([a for _ in range(steps) for a, _b in pairs],
+               [b for _ in range(steps) for _a, b in pairs])
+    waited = [list(entry)] + [list(range(first + k * per, first + (k + 1) * per))
+                              for k in range(steps - 1)]
+    sizes = np.full(steps * per, size) * (1 + np.arange(steps * per) % 3)
+    if not as_barriers:
+        return sim.add_flows(sizes, after=[waited[k] for k in range(steps) for _ in pairs],
+                             base_s=base)
+    lengths = [len(w) for w in waited]
+    barriers = (np.concatenate(([0], np.cumsum(lengths))),
+                np.array([f for w in waited for f in w], dtype=np.int64),
+                np.repeat(np.arange(steps), per))
+    return sim.add_flows(sizes, after=[[] for _ in range(steps * per)], barriers=barriers,
+                         base_s=base)
+
+
+def test_barriers_give_the_run_of_the_same_dependencies_as_lists():
+    # Three all-to-all steps, then three more added later, the first of them
+    # waiting for flows of which some are already done; then barriers with a
+    # cancelled member (its flows never start, as with a cancelled
+    # dependency) and with every member done (its flows go at once).
+    runs = []
+    for as_barriers in (False, True):
+        star = Star(4)
+        sim = star.sim(hop_latency_s=1e-4, startup_s=1e-3)
+        first = _all_to_all_steps(sim, star, 4, 3, MB, as_barriers)
+        sim.run(until=0.07)
+        entry = first[6:18]                     # half of step 0, half of step 1
+        assert (sim.state[entry] == DONE).any() and (sim.state[entry] != DONE).any()
+        _all_to_all_steps(sim, star, 4, 3, MB, as_barriers, base=0.07, entry=entry)
+        sim.run()
+        assert (sim.state == DONE).all()
+        runs.append((sim.released_s.copy(), sim.end_s.copy(), sim.events_processed))
+    assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
+    assert runs[0][2] == runs[1][2]
+    # Waiting for a barrier with a cancelled member, or for a done one.
+    star = Star(4)
+    sim = star.sim()
+    first = _all_to_all_steps(sim, star, 4, 1, MB, True)
+    sim.cancel(first[:1])
+    blocked = _all_to_all_steps(sim, star, 4, 1, MB, True, entry=first)
+    sim.run()
+    assert (sim.state[blocked] == WAITING).all() and (sim.state[first[1:]] == DONE).all()
+    end = sim.now
+    after_done = _all_to_all_steps(sim, star, 4, 1, MB, True, entry=first[1:])
+    sim.run()
+    assert (sim.state[after_done] == DONE).all()
+    assert sim.released_s[after_done].min() == pytest.approx(end)
+    with pytest.raises(ValueError, match="waits must be -1 or in"):
+        sim.add_flows([1], barriers=(np.array([0, 1]), np.array([0]), np.array([1])))
+
+
 def test_dependencies_on_far_apart_flows_are_all_counted():
     # A batch whose sources lie far apart (grouped by numpy's sort) and one
     # whose sources are close together (grouped by a counting sort) release

@@ -246,6 +246,13 @@ class FlowSim:
         self._run_next = np.zeros(1024, dtype=np.int64)
         self._runs_used = 0
         self._first_run = np.zeros(0, dtype=np.int64)
+        # Barriers (add_flows' ``barriers``): per barrier, its members not
+        # done yet, when the last one was, and its runs of edges to the flows
+        # that wait for it.  A member's edge to barrier b is stored as -(b + 1).
+        self._bar_left = np.zeros(0, dtype=np.int64)
+        self._bar_end = np.zeros(0)
+        self._bar_first_run = np.zeros(0, dtype=np.int64)
+        self._n_barriers = 0
 
         # Flow events (one entry per flow: time, order, kind, flow) in the
         # compiled loop's heap, with room for every flow and every cancelled
@@ -423,8 +430,8 @@ class FlowSim:
         array[used:needed] = values
         return array
 
-    def add_flows(self, nbytes, *, delay_s=0.0, after=None, base_s=None, cap_bps=None,
-                  tag=None) -> np.ndarray:
+    def add_flows(self, nbytes, *, delay_s=0.0, after=None, barriers=None, base_s=None,
+                  cap_bps=None, tag=None) -> np.ndarray:
         """Add flows; returns their ids (``n_flows`` .. ``n_flows + n - 1``).
 
         ``nbytes``: size of each flow in bytes (its length sets n).
@@ -436,6 +443,12 @@ class FlowSim:
         ``(indptr, ids)`` (flow i waits for ``ids[indptr[i]:indptr[i + 1]]``); the flow is
         released at the end of the last of them + ``delay_s`` (an empty list
         means no dependency).  A release time in the past becomes now.
+        ``barriers``: ``(indptr, members, waits)``: barrier j is the flows
+        ``members[indptr[j]:indptr[j + 1]]`` (ids, as in ``after``) and flow
+        i also waits for every one of them when ``waits[i]`` is j (-1: no
+        barrier).  The same as listing them in each flow's ``after``, but
+        many flows that wait for the same long list (an all-to-all's steps)
+        cost one edge each, not one per member.
         """
         nbytes = np.array(nbytes, dtype=np.float64).reshape(-1)
         count = len(nbytes)
@@ -488,14 +501,58 @@ class FlowSim:
         self._deps_left[dep_dst[src_state == CANCELLED]] = _NEVER
         pending = (src_state != DONE) & (src_state != CANCELLED)
         np.add.at(self._deps_left, dep_dst[pending], 1)
-        self._add_dependency_edges(dep_src[pending], dep_dst[pending])
+        self._add_dependency_edges(dep_src[pending], dep_dst[pending], self._first_run)
 
         has_deps = np.zeros(count, dtype=bool)
         has_deps[dep_dst - first] = True
+        if barriers is not None:
+            has_deps[self._add_barriers(barriers, ids) - first] = True
         release = np.where(has_deps, self._deps_end[ids], base) + delay
         ready = self._deps_left[ids] == 0
         self._schedule_releases(ids[ready], np.maximum(release[ready], self.now))
         return ids
+
+    def _add_barriers(self, barriers, ids: np.ndarray) -> np.ndarray:
+        """The barriers of an add_flows batch; returns the flows that wait."""
+        indptr, members, waits = (np.asarray(a, dtype=np.int64) for a in barriers)
+        count = len(indptr) - 1
+        if len(waits) != len(ids):
+            raise ValueError(f"barriers' waits has {len(waits)} entries for {len(ids)} flows")
+        if len(waits) and (waits.min() < -1 or waits.max() >= count):
+            raise ValueError(f"barriers' waits must be -1 or in [0, {count})")
+        members = members[indptr[0]:indptr[-1]]
+        if len(members) and (members.min() < 0 or members.max() > ids[-1]):
+            raise ValueError(f"barriers name flows outside [0, {ids[-1] + 1})")
+        first = self._n_barriers
+        needed = first + count
+        if needed > len(self._bar_left):
+            room = max(needed, 2 * len(self._bar_left), 64)
+            for name, fill in (("_bar_left", 0), ("_bar_end", -np.inf), ("_bar_first_run", -1)):
+                old = getattr(self, name)
+                new = np.full(room, fill, dtype=old.dtype)
+                new[:first] = old[:first]
+                setattr(self, name, new)
+        self._n_barriers = needed
+        # Members: done ones count at once, a cancelled one blocks it forever.
+        of = np.repeat(np.arange(first, needed, dtype=np.int64), np.diff(indptr))
+        state = self._state[members]
+        met = state == DONE
+        np.maximum.at(self._bar_end, of[met], self._end[members[met]])
+        self._bar_left[of[state == CANCELLED]] = _NEVER
+        pending = ~met & (state != CANCELLED)
+        np.add.at(self._bar_left, of[pending], 1)
+        self._add_dependency_edges(members[pending], -(of[pending] + 1), self._first_run)
+        # The flows that wait: as for a dependency on a flow.
+        waiting = ids[waits >= 0]
+        barrier = first + waits[waits >= 0]
+        left = self._bar_left[barrier]
+        done = left == 0
+        np.maximum.at(self._deps_end, waiting[done], self._bar_end[barrier[done]])
+        self._deps_left[waiting[left >= _NEVER]] = _NEVER
+        later = ~done & (left < _NEVER)
+        np.add.at(self._deps_left, waiting[later], 1)
+        self._add_dependency_edges(barrier[later], waiting[later], self._bar_first_run)
+        return waiting
 
     def _dependency_edges(self, after, ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """(src, dst) arrays of the edges ``after`` describes for flows ``ids``."""
@@ -598,8 +655,11 @@ class FlowSim:
             self._path_links = grown
             self._live.grow_slots(len(grown))
 
-    def _add_dependency_edges(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """Store pending edges src -> dst: one run per distinct src, in front of its list."""
+    def _add_dependency_edges(self, src: np.ndarray, dst: np.ndarray,
+                              heads: np.ndarray) -> None:
+        """Store pending edges src -> dst: one run per distinct src, in front
+        of its list (``heads``: `_first_run` for flows, `_bar_first_run` for
+        barriers)."""
         if len(src) == 0:
             return
         if src.max() - src.min() <= 4 * len(src) + 1024:
@@ -617,9 +677,9 @@ class FlowSim:
         used = self._runs_used
         self._run_start = self._append(self._run_start, used, first_edge + bounds[:-1])
         self._run_len = self._append(self._run_len, used, np.diff(bounds))
-        self._run_next = self._append(self._run_next, used, self._first_run[run_src])
+        self._run_next = self._append(self._run_next, used, heads[run_src])
         self._runs_used += len(run_src)
-        self._first_run[run_src] = runs
+        heads[run_src] = runs
 
     # ------------------------------------------------------------------ run
 
@@ -633,7 +693,7 @@ class FlowSim:
             code = events.run_events(
                 self._flow_arrays(),
                 (self._first_run, self._run_start, self._run_len, self._run_next,
-                 self._edge_dst),
+                 self._edge_dst, self._bar_left, self._bar_end, self._bar_first_run),
                 self._live.arrays(), self._path_links, self._heap, self._buffers(), box,
                 clock, self._params, self._flags, self._effective_capacity,
                 self.tables() if self.tables is not None else _NO_TABLES)

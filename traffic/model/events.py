@@ -38,7 +38,7 @@ import numpy as np
 from numba import njit
 
 from traffic.model.paths import UNREACHABLE, walk_paths
-from traffic.model.rates import live_insert, live_remove, live_update
+from traffic.model.rates import _pushed, live_insert, live_remove, live_update
 
 # Flow states (`engine` names them).
 WAITING, ACTIVE, DRAINED, DONE, CANCELLED = range(5)
@@ -178,30 +178,46 @@ def start_transmitting(flows, live, path, bufs, box, ids, count):
 @njit(cache=True)
 def _count_down_dependents(finished, deps, flows, now):
     """One finished dependency for every dependent of ``finished`` (every
-    edge of every run in each one's list, see FlowSim's dependency edges):
-    returns, ascending, those left with none that still wait."""
-    first_run, run_start, run_len, run_next, edge_dst = deps
+    edge of every run in each one's list, see FlowSim's dependency edges; an
+    edge to a barrier counts the barrier down, and a barrier whose members
+    are all done counts down its own dependents): returns, ascending, those
+    left with none that still wait."""
+    first_run, run_start, run_len, run_next, edge_dst = deps[0], deps[1], deps[2], deps[3], deps[4]
+    bar_left, bar_end, bar_first_run = deps[5], deps[6], deps[7]
     state, deps_left, deps_end = flows[0], flows[8], flows[9]
-    total = 0
-    for flow in finished:
-        run = first_run[flow]
-        while run >= 0:
-            total += run_len[run]
-            run = run_next[run]
-    ready = np.empty(total, dtype=np.int64)
+    ready = np.empty(64, dtype=np.int64)
     n_ready = 0
     for flow in finished:
         run = first_run[flow]
         while run >= 0:
             for e in range(run_start[run], run_start[run] + run_len[run]):
                 dependent = edge_dst[e]
-                deps_left[dependent] -= 1
-                deps_end[dependent] = now
-                if deps_left[dependent] == 0 and state[dependent] == WAITING:
-                    ready[n_ready] = dependent
+                if dependent < 0:
+                    barrier = -dependent - 1
+                    bar_left[barrier] -= 1
+                    bar_end[barrier] = now
+                    if bar_left[barrier] > 0:
+                        continue
+                    waiting = bar_first_run[barrier]
+                    while waiting >= 0:
+                        for w in range(run_start[waiting], run_start[waiting] + run_len[waiting]):
+                            if _count_one(edge_dst[w], state, deps_left, deps_end, now):
+                                ready = _pushed(ready, n_ready, edge_dst[w])
+                                n_ready += 1
+                        waiting = run_next[waiting]
+                elif _count_one(dependent, state, deps_left, deps_end, now):
+                    ready = _pushed(ready, n_ready, dependent)
                     n_ready += 1
             run = run_next[run]
     return np.sort(ready[:n_ready])
+
+
+@njit(cache=True)
+def _count_one(flow, state, deps_left, deps_end, now):
+    """One of ``flow``'s dependencies ended now: whether it may go."""
+    deps_left[flow] -= 1
+    deps_end[flow] = now
+    return deps_left[flow] == 0 and state[flow] == WAITING
 
 
 # ---------------------------------------------------------------- the loop

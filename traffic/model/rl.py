@@ -219,7 +219,9 @@ class ModelIterationRunner:
         self._append("_key", self._iteration_keys[state.position] if self.kernel_keys
                      else self.arrays.keys(run.iteration, state.position))
         self.sim.add_flows(arrays.nbytes, delay_s=arrays.at_s,
-                           after=(arrays.after_ptr, arrays.after + first), base_s=t,
+                           after=(arrays.after_ptr, arrays.after + first),
+                           barriers=(arrays.barrier_ptr, arrays.barrier_members + first,
+                                     arrays.waits), base_s=t,
                            cap_bps=arrays.cap_bps, tag=state.index)
         state.first, state.count = first, count
         run.flows_count = count
