@@ -39,19 +39,24 @@ Special cases:
   ``reroute`` gives it a rate;
 * a dependency that is CANCELLED never releases its dependents: they stay
   WAITING (a collective whose step was cancelled does not go on);
-* a flow of 0 bytes drains as soon as it transmits, whatever its rate.
+* a flow of 0 bytes drains as soon as it transmits, whatever its rate;
+* a *barrier* (``add_flows``' ``barriers``) stands for a list of flows that
+  many flows wait for: waiting for it is waiting for each of them.
 
 Events and their cost
 ---------------------
-Timed events (releases, start of transmission, done after latency, ``at``
-callbacks) sit in a heap; drains are found by a compiled pass (numba) over
-the transmitting flows: the next drain is ``min(bytes_left x 8 / rate)``.  Every flow whose
-drain falls within 1e-9 x now + 1e-12 s of the earliest is drained in the same
-event, so the flows of a symmetric collective step end together and cost one
-rate computation, not one each.  Rates are recomputed only when the set of
+Timed flow events (releases, start of transmission, done after latency) sit
+in a heap of one entry per flow, ``at`` callbacks in a Python heap; drains
+are found by a pass over the transmitting flows: the next drain is
+``min(bytes_left x 8 / rate)``.  Every flow whose drain falls within
+1e-9 x now + 1e-12 s of the earliest is drained in the same event, so the
+flows of a symmetric collective step end together and cost one rate
+computation, not one each.  Rates are recomputed only when the set of
 transmitting flows, a capacity or a path changed, and then only those of the
-flows the change reaches (`rates.LiveRates`).  What is per event and per
-flow is compiled or vectorised; per-flow arrays grow by doubling.
+flows the change reaches (`rates.LiveRates`).  The loop itself is compiled
+(`events.run_events`): it comes back to Python only for a due ``at``
+callback, ``on_done``, a router without compiled ``tables``, or room for
+paths.  Per-flow arrays grow by a quarter.
 
 Coalescing (``coalesce`` = c > 0, off by default)
 -------------------------------------------------
@@ -140,6 +145,14 @@ _NO_TABLES = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
 Router = Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]
 
 
+def _grown_size(size: int) -> int:
+    """What an array of ``size`` grows to when it is full: a quarter more.
+    At full scale the per-flow and per-path arrays are most of the memory,
+    and doubling them left up to half unused (an RL iteration's small last
+    phases, added after its DP phase, doubled every one)."""
+    return size + size // 4 + 16
+
+
 class FlowSim:
     """Flows over links with max-min fair rates; see the module docstring.
 
@@ -189,9 +202,7 @@ class FlowSim:
         self._box = np.zeros(events.BOX_SIZE, dtype=np.int64)
         self._clock = np.array([0.0, np.inf, np.inf])
         self._params = np.array([self.hop_latency_s, self.startup_s, self.coalesce])
-        self._flags = np.array([on_done is not None, on_tag_done is not None,
-                                tables is not None, 0],
-                               dtype=np.int64)
+        self._flags = np.zeros(4, dtype=np.int64)         # set by run()
 
         self._capacity = np.array(capacity_bps, dtype=np.float64).reshape(-1)
         self._check_capacity(self._capacity)
@@ -373,7 +384,7 @@ class FlowSim:
     def _grow_flows(self, needed: int) -> None:
         if needed <= self._room:
             return
-        room = max(needed, 2 * self._room, 1024)
+        room = max(needed, _grown_size(self._room), 1024)
         fills = {"_bytes_total": 0.0, "_bytes_left": 0.0, "_released": np.nan,
                  "_drained": np.nan, "_end": np.nan, "_state": WAITING, "_delay": 0.0,
                  "_cap": np.inf, "_tag": -1, "_deps_left": 0, "_deps_end": -np.inf,
@@ -401,7 +412,7 @@ class FlowSim:
         needed = self._room + self._cancelled
         if needed <= len(self._heap[0]):
             return
-        size = max(needed, 2 * len(self._heap[0]))
+        size = max(needed, _grown_size(len(self._heap[0])))
         grown = []
         for old in self._heap:
             new = np.zeros(size, dtype=old.dtype)
@@ -421,10 +432,10 @@ class FlowSim:
 
     @staticmethod
     def _append(array: np.ndarray, used: int, values: np.ndarray) -> np.ndarray:
-        """``array`` with ``values`` written at ``used``, grown by doubling."""
+        """``array`` with ``values`` written at ``used``, grown first if full."""
         needed = used + len(values)
         if needed > len(array):
-            grown = np.empty(max(needed, 2 * len(array)), dtype=array.dtype)
+            grown = np.empty(max(needed, _grown_size(len(array))), dtype=array.dtype)
             grown[:used] = array[:used]
             array = grown
         array[used:needed] = values
@@ -488,7 +499,7 @@ class FlowSim:
         if len(tags):
             top = int(tags.max()) + 1
             if top > len(self._tag_left):
-                grown = np.zeros(max(top, 2 * len(self._tag_left)), dtype=np.int64)
+                grown = np.zeros(max(top, _grown_size(len(self._tag_left))), dtype=np.int64)
                 grown[:len(self._tag_left)] = self._tag_left
                 self._tag_left = grown
                 self._tags_done = np.zeros(len(grown), dtype=np.int64)
@@ -526,7 +537,7 @@ class FlowSim:
         first = self._n_barriers
         needed = first + count
         if needed > len(self._bar_left):
-            room = max(needed, 2 * len(self._bar_left), 64)
+            room = max(needed, _grown_size(len(self._bar_left)), 64)
             for name, fill in (("_bar_left", 0), ("_bar_end", -np.inf), ("_bar_first_run", -1)):
                 old = getattr(self, name)
                 new = np.full(room, fill, dtype=old.dtype)
@@ -650,7 +661,7 @@ class FlowSim:
 
     def _grow_paths(self, needed: int) -> None:
         if needed > len(self._path_links):
-            grown = np.zeros(max(needed, 2 * len(self._path_links)), dtype=np.int64)
+            grown = np.zeros(max(needed, _grown_size(len(self._path_links))), dtype=np.int64)
             grown[:len(self._path_links)] = self._path_links
             self._path_links = grown
             self._live.grow_slots(len(grown))
@@ -687,7 +698,11 @@ class FlowSim:
         """Process events until none is left, or up to simulated time ``until``."""
         box, clock = self._box, self._clock
         clock[events.UNTIL] = np.inf if until is None else float(until)
-        self._flags[events.PROGRESS_EVERY] = PROGRESS_EVENTS if self.progress else 0
+        flags = self._flags
+        flags[events.NOTIFY_EACH] = self.on_done is not None
+        flags[events.TAGS] = self.on_tag_done is not None
+        flags[events.COMPILED_ROUTER] = self.tables is not None
+        flags[events.PROGRESS_EVERY] = PROGRESS_EVENTS if self.progress else 0
         while True:
             clock[events.CALL_AT] = self._calls[0][0] if self._calls else np.inf
             code = events.run_events(
@@ -726,8 +741,7 @@ class FlowSim:
 
 
 # ---------------------------------------------------------------- compiled steps
-# The per-event arithmetic over the transmitting flows, compiled: at about a
-# thousand flows an event, numpy's per-call cost was most of an event's.
+# (The event loop's own are in `events`.)
 
 @njit(cache=True)
 def _group_by_source(src, dst):

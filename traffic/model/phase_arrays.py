@@ -143,10 +143,10 @@ class ScheduleArrays:
         return self._pairs[position]
 
     def prepare(self, iterations: int) -> "ScheduleArrays":
-        """Make the keys of iterations 1..``iterations`` and every phase's pairs
-        now (before a fork)."""
+        """Make the keys of iterations 1..``iterations`` now (before a fork:
+        every fabric needs them).  The pairs are made where first asked for:
+        only a fabric with a control proxy needs them."""
         for position in range(len(self.phases)):
-            self.pairs(position)
             for iteration in range(1, iterations + 1):
                 self.keys(iteration, position)
         return self

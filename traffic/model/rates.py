@@ -136,7 +136,7 @@ class LiveRates:
     def _grown(array: np.ndarray, size: int, fill) -> np.ndarray:
         if size <= len(array):
             return array
-        new = np.full(max(size, 2 * len(array)), fill, dtype=array.dtype)
+        new = np.full(size, fill, dtype=array.dtype)      # the caller's size: it grows them
         new[:len(array)] = array
         return new
 
