@@ -198,13 +198,13 @@ def model_fabric(fabric, sched, cfg, settings, cal, log,
 
 
 # Each fabric's modelling time at 4,096 GPUs, in seconds (bench/model --perf,
-# 2026-11-27, with the rates kept between events: RFabric 27, SiP-OCS 30.5,
-# ROFT 28, FT 14, FT-OS 14 in one run, and each about twice that in a run
-# half an hour later, as the VM's speed drifted): the order the worker
+# 2026-11-27, with the compiled event loop and barriers, the medians of three
+# runs: SiP-OCS 25.4, ROFT 20.6, RFabric 18.5, FT 9.3, FT-OS 8.3; the VM's speed
+# drifts by up to twice within an hour, the ratios less): the order the worker
 # processes take the fabrics in is chosen by them.  A fabric not listed counts
 # as the median.
-MODEL_COST_S = {"rfabric": 27.0, "sip-ocs": 30.0, "roft": 28.0, "clos": 14.0,
-                "fattree-os": 14.0}
+MODEL_COST_S = {"sip-ocs": 25.0, "roft": 20.5, "rfabric": 18.5, "clos": 9.5,
+                "fattree-os": 8.5}
 
 
 def hand_out_order(names: Sequence[str], jobs: int) -> List[int]:
@@ -212,8 +212,9 @@ def hand_out_order(names: Sequence[str], jobs: int) -> List[int]:
     one when it is free, that ends the soonest by `MODEL_COST_S` (every order
     is tried for up to 7 fabrics, the longest first otherwise; the first such
     order in the given one wins a tie).  Handing the longest out first is not
-    the best: on the five fabrics with two workers it ends at 58 s where
-    SiP-OCS beside RFabric, and ROFT beside FT and FT-OS, end at 57 s."""
+    always the best (by the times of 2026-11-27 morning it ended at 58 s where
+    another order ended at 57 s); by today's it is: SiP-OCS beside FT and FT-OS,
+    ROFT beside RFabric, 43 s each way."""
     known = sorted(MODEL_COST_S.values())
     cost = [MODEL_COST_S.get(n.split(",")[0], known[len(known) // 2]) for n in names]
 
