@@ -30,6 +30,11 @@ The update:
         ^                                          |
         +---- A's links, after the next fill <-----+  A grows by its links' flows
 
+A flow on a changed link is checked only when its bottleneck may have gone:
+each flow's bottleneck found at its last check is kept, and still holds while
+neither the flow's rate (it is not in A) nor that link (it is not among the
+changed ones) changed.
+
 A only grows, so the loop ends; once A holds over half the transmitting
 flows (or stops growing while a violator remains, which rounding alone could
 cause) every rate is computed anew from nothing, as `max_min_rates` does.
