@@ -658,3 +658,30 @@ def test_rates_kept_between_events_equal_the_rates_of_every_flow_computed_anew(s
     sim.run()
     assert max(checked) > 20                 # many flows at once, and checked
     assert (sim.state[first[5:]] == DONE).all()
+
+
+def test_flows_added_by_a_callback_in_the_middle_of_an_event_keep_it_going():
+    # Flows 0 and 1 end together; on_done then adds 2,000 flows (every array
+    # grows, in the middle of the event) with a new tag.  The event goes on:
+    # flow 2 (waiting for flow 0) is released at that instant, and the tags
+    # are reported as each one's last flow ends.
+    star = Star(2)
+    tags, added = [], []
+
+    def on_done(ids, t):
+        if not added:
+            added.append(t)
+            star.flows(np.zeros(2000, dtype=int), np.ones(2000, dtype=int))
+            sim.add_flows(np.full(2000, 1000.0), tag=70)
+
+    sim = star.sim(on_done=on_done, on_tag_done=lambda got, t: tags.append((got.tolist(), t)))
+    star.flows([0, 1, 0], [1, 0, 1])
+    sim.add_flows([MB, MB], tag=3)
+    sim.add_flows([MB], after=[[0]], tag=4)
+    sim.run()
+    assert (sim.state == DONE).all() and sim.n_flows == 2003
+    first_end = added[0]
+    assert sim.end_s[0] == sim.end_s[1] == first_end
+    assert sim.released_s[2] == first_end
+    assert tags[0] == ([3], first_end)
+    assert sorted(tag for got, _t in tags[1:] for tag in got) == [4, 70]

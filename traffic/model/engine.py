@@ -722,11 +722,14 @@ class FlowSim:
                 for callback in due:
                     callback(self)
             elif code == events.NOTIFY:
-                if self.on_done is not None and box[events.FIN_N]:
-                    self.on_done(self._fin_buf[:box[events.FIN_N]].copy(), self.now)
-                if self.on_tag_done is not None and box[events.TAGS_N]:
-                    tags = self._tags_done[:box[events.TAGS_N]].copy()
-                    box[events.TAGS_N] = 0
+                # Both read before either callback runs: a callback may add
+                # flows, and with them grow these buffers.
+                done = self._fin_buf[:box[events.FIN_N]].copy()
+                tags = self._tags_done[:box[events.TAGS_N]].copy()
+                box[events.TAGS_N] = 0
+                if self.on_done is not None and len(done):
+                    self.on_done(done, self.now)
+                if self.on_tag_done is not None and len(tags):
                     self.on_tag_done(tags, self.now)
             elif code == events.ROUTE:
                 self._route(self._rel_buf[:box[events.REL_N]].copy())
