@@ -104,7 +104,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 from numba import njit
@@ -116,8 +116,7 @@ from traffic.model import events
 #   DRAINED    every byte sent; the last ones are still propagating
 #   DONE       every byte arrived: end_s is set
 #   CANCELLED  stopped by cancel(); its dependents never start
-from traffic.model.events import (ABSOLUTE_TIME_TOLERANCE, ACTIVE, CANCELLED,  # noqa: F401
-                                  DONE, DRAINED, RELATIVE_TIME_TOLERANCE, WAITING)
+from traffic.model.events import ACTIVE, CANCELLED, DONE, DRAINED, WAITING  # noqa: F401
 from traffic.model.rates import LiveRates
 
 STATE_NAMES = ("WAITING", "ACTIVE", "DRAINED", "DONE", "CANCELLED")
