@@ -36,6 +36,7 @@ fabric at 4,096 GPUs).
 from __future__ import annotations
 
 import csv
+import gc
 import itertools
 import multiprocessing
 import os
@@ -249,6 +250,21 @@ def model_fabrics(specs: Sequence[str], sched, cfg, settings, cal, jobs: int,
     processes (the fabrics are independent), or here with ``jobs`` <= 1.
     They are handed out in the order that ends the soonest (`hand_out_order`).
     The schedule's flows are turned into arrays once, here, for all of them."""
+    # The schedule is over a million objects that live as long as this call:
+    # frozen, the collector no longer rescans them (here, or in the forked
+    # workers, where touching each one's header would also copy every page
+    # that holds one).
+    frozen = gc.isenabled()
+    if frozen:
+        gc.freeze()
+    try:
+        yield from _model_fabrics(specs, sched, cfg, settings, cal, jobs, log)
+    finally:
+        if frozen:
+            gc.unfreeze()
+
+
+def _model_fabrics(specs, sched, cfg, settings, cal, jobs, log):
     arrays = ScheduleArrays(sched).prepare(settings["iterations"])
     if jobs <= 1 or len(specs) <= 1:
         for index, spec in enumerate(specs):
