@@ -41,7 +41,10 @@ __all__ = ["ring_allreduce", "hierarchical_allreduce", "all_to_all", "pipeline_p
 
 
 def sinks(dag: FlowDag) -> Tuple[str, ...]:
-    """Ids of the flows nothing in the DAG waits for: where it ends."""
+    """Ids of the flows nothing in the DAG waits for: where it ends (in list
+    order; given by the builder where it knows them)."""
+    if dag._sinks is not None:
+        return dag._sinks
     afters = list(map(_AFTER, dag.flows))
     distinct = dict(zip(map(id, afters), afters)).values()   # a shared tuple once
     waited = set(chain.from_iterable(distinct))

@@ -74,6 +74,9 @@ class FlowDag:
     # Set by `validate`: the flows are listed in a topological order (every
     # dependency before its flow).  Private; not a field.
     _listed = False
+    # Set by a builder that knows them: the ids of the flows nothing here
+    # waits for (`collectives.sinks`), in list order.  Private; not a field.
+    _sinks: Optional[Tuple[str, ...]] = None
 
     @classmethod
     def _trusted(cls, flows: List[Flow], external: Tuple[str, ...] = (),
@@ -294,8 +297,17 @@ def ring_allreduce(hosts: Sequence[str], total_bytes: int, group: str = "allredu
     chunk = max(1, total_bytes // n)
     label = group if label is None else label
     start = tuple(start_after)
-    flows = _ring_steps(hosts, chunk, 2 * (n - 1), group, label, 0, [start] * n)
-    return FlowDag(flows, external=start)
+    steps = 2 * (n - 1)
+    flows = _ring_steps(hosts, chunk, steps, group, label, 0, [start] * n)
+    if any(dep.startswith(f"{group}-s") for dep in start):
+        return FlowDag(flows, external=start)       # it may wait for itself: checked
+    # Otherwise valid by construction (ids unique, each step waits for the
+    # one before it or for ``start``), and the last step is what nothing
+    # waits for: a DP phase at 4,096 GPUs is 1.3 million such flows, and
+    # checking them and finding their sinks took 2.5 s.
+    dag = FlowDag._trusted(flows, start, True)
+    dag._sinks = tuple(flow.id for flow in flows[-n:])
+    return dag
 
 
 def _ring_steps(hosts: Sequence[str], chunk: int, steps: int, prefix: str, label: str,

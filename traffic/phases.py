@@ -252,7 +252,9 @@ def _with_gap(dag: FlowDag, start: Tuple[str, ...], gap: float) -> FlowDag:
             inside[key] = entry.issuperset(f.after)
         if inside[key]:
             flows[i] = f._replace(at_s=f.at_s + gap)
-    return FlowDag._trusted(flows, dag.external, dag._listed)   # same ids and dependencies
+    gapped = FlowDag._trusted(flows, dag.external, dag._listed)   # same ids and dependencies
+    gapped._sinks = dag._sinks
+    return gapped
 
 
 def _chain(builder: _Builder, comm: Comm, name: str, index: int, max_ops: int,

@@ -264,3 +264,19 @@ def test_label_sets_the_group_but_not_the_ids_or_anything_else():
     plain = hierarchical_allreduce(pods_of(2, 3), 6000, group="hier")
     assert hierarchical_allreduce(pods_of(2, 3), 6000, group="hier", label="dp").flows == \
         relabelled(plain, "dp")
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_a_ring_all_reduce_knows_its_sinks_and_they_are_what_nothing_waits_for(n):
+    dag = ring_allreduce([f"h{i}" for i in range(n)], 1200, "dp", start_after=("x", "y"))
+    waited = {dep for flow in dag.flows for dep in flow.after}
+    by_scan = tuple(flow.id for flow in dag.flows if flow.id not in waited)
+    assert dag._sinks is not None
+    assert sinks(dag) == by_scan == tuple(f"dp-s{2 * n - 3}-r{i}" for i in range(n))
+    # Built trusted, it is what validation would make of it.
+    FlowDag(list(dag.flows), external=dag.external).validate()
+    assert dag._listed and dag.external == ("x", "y")
+    # A compute gap before it (as a phase chains its operations) keeps them.
+    from traffic.phases import _with_gap
+    gapped = _with_gap(dag, ("x", "y"), 0.5)
+    assert gapped.flows[0].at_s == 0.5 and sinks(gapped) == by_scan

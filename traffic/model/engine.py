@@ -241,7 +241,6 @@ class FlowSim:
 
         # Every path ever given, appended: a flow's path is a slice of it.
         self._path_links = np.zeros(1024, dtype=np.int64)
-        self._live.grow_slots(len(self._path_links))
 
         # Pending dependency edges (src -> dst), appended per add_flows batch
         # sorted by src: a *run* is the slice of one batch's edges out of one
@@ -612,9 +611,10 @@ class FlowSim:
             flows = flows[self._state[flows] == ACTIVE]
         if len(flows):
             moving = flows[self._transmitting[flows]]
-            self._live.remove(moving, self._path_start, self._path_len, self._path_links)
+            self._live.remove(moving)
             self._route(flows)
-            self._live.insert(moving, self._path_start, self._path_len, self._path_links)
+            self._live.insert(moving, self._path_start, self._path_len, self._path_links,
+                              self._cap, self._effective_capacity)
             self._box[events.STALE] = 1
 
     def cancel(self, flows) -> np.ndarray:
@@ -627,8 +627,7 @@ class FlowSim:
             self._cancelled += len(stopping)
             self._grow_heap()
             if self._transmitting[stopping].any():
-                self._live.remove(stopping, self._path_start, self._path_len,
-                                  self._path_links)
+                self._live.remove(stopping)
                 self._transmitting[stopping] = False
                 self._box[events.STALE] = 1
         return delivered
@@ -656,14 +655,12 @@ class FlowSim:
         self._path_len[flows] = np.diff(indptr)
         self._path_links = self._append(self._path_links, used, links)
         self._box[events.PATH_USED] = used + len(links)
-        self._live.grow_slots(len(self._path_links))
 
     def _grow_paths(self, needed: int) -> None:
         if needed > len(self._path_links):
             grown = np.zeros(max(needed, _grown_size(len(self._path_links))), dtype=np.int64)
             grown[:len(self._path_links)] = self._path_links
             self._path_links = grown
-            self._live.grow_slots(len(grown))
 
     def _add_dependency_edges(self, src: np.ndarray, dst: np.ndarray,
                               heads: np.ndarray) -> None:
@@ -735,6 +732,8 @@ class FlowSim:
                 box[events.STAGE] = events.STARTING
             elif code == events.GROW:
                 self._grow_paths(int(box[events.NEEDED]))
+            elif code == events.ROOM:
+                self._live.reserve(int(box[events.NEEDED]), int(box[events.LONGEST]))
             elif code == events.PROGRESS and self.progress is not None:
                 wall = time.monotonic()
                 if wall - self._last_progress >= PROGRESS_PERIOD_S:

@@ -14,8 +14,10 @@ something only Python can do is due:
     drains, the      releases             (GROW: room for    (CALLS:      |
     entries due,     (WAITING ->           paths; ROUTE:     the `at`     |
     flows DONE       ACTIVE)               Python routes)    callbacks    |
-    (NOTIFY: tell                                            due now)     |
-    the caller)                                                           |
+    (NOTIFY: tell                                            due now;     |
+    the caller)                                              ROOM: room   |
+                                                             in the rates'|
+                                                             lists)       |
       ^-------------------------------------------------------------------+
 
 It returns a code saying what it stopped for (`IDLE`: no event left, or
@@ -38,7 +40,7 @@ import numpy as np
 from numba import njit
 
 from traffic.model.paths import UNREACHABLE, walk_paths
-from traffic.model.rates import _pushed, live_insert, live_remove, live_update
+from traffic.model.rates import _pushed, live_has_room, live_insert, live_remove, live_update
 
 # Flow states (`engine` names them).
 WAITING, ACTIVE, DRAINED, DONE, CANCELLED = range(5)
@@ -47,15 +49,15 @@ WAITING, ACTIVE, DRAINED, DONE, CANCELLED = range(5)
 RELEASE, TRANSMIT, ARRIVE = range(3)
 
 # What run_events stopped for.
-IDLE, CALLS, NOTIFY, ROUTE, GROW, PROGRESS = range(6)
+IDLE, CALLS, NOTIFY, ROUTE, GROW, PROGRESS, ROOM = range(7)
 
 # Where the current event stands.
 NEXT, FINISHING, ROUTING, STARTING = range(4)
 
 # Indices of the int64 ``box``.
 (STAGE, HEAP_N, SEQ, PATH_USED, TX_N, EVENTS, RATE_UPDATES, STALE, FIN_N, REL_N, TXM_N,
- TAGS_N, NEEDED, SINCE_PROGRESS) = range(14)
-BOX_SIZE = 14
+ TAGS_N, NEEDED, SINCE_PROGRESS, LONGEST) = range(15)
+BOX_SIZE = 15
 
 # Indices of the float64 ``clock``.
 NOW, CALL_AT, UNTIL = range(3)
@@ -136,7 +138,7 @@ def refresh_rates(flows, live, path, bufs, box, capacity):
     rates up to date (only when something changed since the last time)."""
     if box[STALE] == 0:
         return
-    transmitting, cap, path_start, path_len = flows[12], flows[7], flows[10], flows[11]
+    transmitting = flows[12]
     tx_ids, tx_rate = bufs[0], bufs[1]
     n = 0
     for i in range(box[TX_N]):
@@ -146,7 +148,7 @@ def refresh_rates(flows, live, path, bufs, box, capacity):
             n += 1
     box[TX_N] = n
     # A flow with no path (yet, or a dead end) has rate 0: it waits.
-    live_update(live, tx_ids, n, path_start, path_len, path, capacity, cap)
+    live_update(live, tx_ids, n, capacity)
     rate = live[0]
     for i in range(n):
         tx_rate[i] = rate[tx_ids[i]]
@@ -155,7 +157,7 @@ def refresh_rates(flows, live, path, bufs, box, capacity):
 
 
 @njit(cache=True)
-def start_transmitting(flows, live, path, bufs, box, ids, count):
+def start_transmitting(flows, live, path, bufs, box, ids, count, capacity):
     """The ACTIVE flows among ``ids[:count]`` that do not transmit yet start."""
     state, transmitting, path_start, path_len = flows[0], flows[12], flows[10], flows[11]
     tx_ids = bufs[0]
@@ -169,7 +171,7 @@ def start_transmitting(flows, live, path, bufs, box, ids, count):
             n += 1
     if n > first:
         box[TX_N] = n
-        live_insert(live, tx_ids[first:n], path_start, path_len, path)
+        live_insert(live, tx_ids[first:n], path_start, path_len, path, flows[7], capacity)
         box[STALE] = 1
 
 
@@ -228,6 +230,7 @@ def run_events(flows, deps, live, path, heap, bufs, box, clock, params, flags, c
     """Run events until one of the codes of the module docstring is due."""
     state, bytes_total, bytes_left, released = flows[0], flows[1], flows[2], flows[3]
     end, delay, tag, tag_left = flows[5], flows[6], flows[13], flows[14]
+    path_len = flows[11]
     tx_ids, tx_rate, time_left, fin_buf, rel_buf, txm_buf, tags_done = bufs
     h_time = heap[0]
     hop_latency, startup, coalesce = params[HOP_LATENCY], params[STARTUP], params[COALESCE]
@@ -350,12 +353,23 @@ def run_events(flows, deps, live, path, heap, bufs, box, clock, params, flags, c
             box[STAGE] = STARTING
         else:                                   # STARTING
             n_go, n_txm = box[REL_N], box[TXM_N]
+            # Room in the rates' lists for every flow that may start now
+            # (before anything is done: the stage is run again after ROOM).
+            n_now = n_go if startup <= 0.0 else 0
+            longest = 0
+            for i in range(n_now):
+                longest = max(longest, path_len[rel_buf[i]])
+            for i in range(n_txm):
+                longest = max(longest, path_len[txm_buf[i]])
+            if not live_has_room(live, n_now + n_txm, longest):
+                box[NEEDED], box[LONGEST] = n_now + n_txm, longest
+                return ROOM
             if startup > 0.0:
                 for i in range(n_go):
                     heap_push(heap, box, now + startup, TRANSMIT, rel_buf[i])
             else:
-                start_transmitting(flows, live, path, bufs, box, rel_buf, n_go)
-            start_transmitting(flows, live, path, bufs, box, txm_buf, n_txm)
+                start_transmitting(flows, live, path, bufs, box, rel_buf, n_go, capacity)
+            start_transmitting(flows, live, path, bufs, box, txm_buf, n_txm, capacity)
             box[REL_N], box[TXM_N] = 0, 0
             box[STAGE] = NEXT
             if clock[CALL_AT] <= now + tolerance(now):
@@ -384,7 +398,7 @@ def _drain(flows, live, path, heap, box, fin_buf, n_fin, now, hop_latency, start
     if n_fin == 0:
         return 0
     gone = fin_buf[:n_fin].copy()
-    live_remove(live, gone, path_start, path_len, path)
+    live_remove(live, gone)
     box[STALE] = 1
     at_once = 0
     for f in gone:
