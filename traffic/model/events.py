@@ -270,16 +270,19 @@ def run_events(flows, deps, live, path, heap, bufs, box, clock, params, flags, c
             # transfer time at their current rate (at most that fraction of
             # their bytes skipped); a flow at rate 0 has no slack: it waits.
             within = step + slack_to if next_drain <= t_next + slack_to else -1.0
+            # One pass: which flows finish, and every flow's bytes moved on
+            # by the step (as `_advance`).
             n_fin = 0
-            if within >= 0.0:
-                for i in range(n_tx):
-                    f = tx_ids[i]
-                    slack = (coalesce * 8.0 * bytes_total[f] / tx_rate[i]
-                             if tx_rate[i] > 0.0 else 0.0)
+            moved = step / 8.0
+            for i in range(n_tx):
+                rate, f = tx_rate[i], tx_ids[i]
+                if within >= 0.0:
+                    slack = coalesce * 8.0 * bytes_total[f] / rate if rate > 0.0 else 0.0
                     if time_left[i] <= within + slack:
                         fin_buf[n_fin] = f
                         n_fin += 1
-            _advance(tx_ids, tx_rate, n_tx, step, bytes_left)
+                if rate > 0.0 and step > 0.0:
+                    bytes_left[f] = max(bytes_left[f] - rate * moved, 0.0)
             now = t_next
             clock[NOW] = now
             box[EVENTS] += 1
