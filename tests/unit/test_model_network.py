@@ -449,3 +449,40 @@ def test_reconfigured_network_routes_as_one_built_on_its_circuits(spec):
     for name in ("adj_ptr", "adj_nbr", "adj_link1", "adj_link2", "dist", "nh_ptr", "nh_hop"):
         assert np.array_equal(getattr(net, name), getattr(anew, name)), name
     assert net._attach == anew._attach
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_hop_distances_and_closer_hops_match_scipy_and_the_definition(seed):
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    from traffic.model.network import _closer_hops, _hop_distances
+    from traffic.model.paths import UNREACHABLE
+
+    rng = np.random.default_rng(seed)
+    count = 40
+    src = rng.integers(0, count, 120)
+    dst = rng.integers(0, count, 120)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    order = np.argsort(src, kind="stable")          # grouped by router, parallel hops kept
+    src, dst = src[order], dst[order]
+    ptr = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=count), out=ptr[1:])
+    want = shortest_path(csr_matrix((np.ones(len(src)), (src, dst)), shape=(count, count)),
+                         method="D", unweighted=True, directed=True)
+    want[np.isinf(want)] = UNREACHABLE
+    dist = _hop_distances(ptr, dst, UNREACHABLE)
+    assert dist.dtype == np.int32 and np.array_equal(dist, want.astype(np.int32))
+    assert (dist == UNREACHABLE).any() and (dist > 1).any()     # a graph worth testing
+    ports = rng.integers(0, 5, len(src))
+    for given in (np.zeros(0, dtype=np.int64), ports):
+        nh_ptr, nh_hop = _closer_hops(ptr, dst, dist, UNREACHABLE, given)
+        for u in range(count):
+            for g in range(count):
+                key = u * count + g
+                hops = [e for e in range(ptr[u], ptr[u + 1])
+                        if dist[u, g] < UNREACHABLE and dist[dst[e], g] == dist[u, g] - 1]
+                if len(given):
+                    hops.sort(key=lambda e: given[e])    # stable: adjacency order in a tie
+                assert list(nh_hop[nh_ptr[key]:nh_ptr[key + 1]]) == hops
