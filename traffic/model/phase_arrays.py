@@ -68,6 +68,17 @@ class PhaseArrays:
         return np.concatenate([direct, self.barrier_members[
             self.barrier_ptr[j]:self.barrier_ptr[j + 1]]])
 
+    def pairs(self) -> List[Tuple[str, str, int]]:
+        """(src, dst, bytes) summed per host pair, in the order each pair first
+        appears: ``Phase.pairs()``."""
+        width = len(self.hosts)
+        pair = self.src * width + self.dst
+        keys, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+        total = np.bincount(inverse.reshape(-1), weights=self.nbytes, minlength=len(keys))
+        hosts = self.hosts
+        return [(hosts[keys[k] // width], hosts[keys[k] % width], int(total[k]))
+                for k in np.argsort(first, kind="stable").tolist()]
+
     @classmethod
     def of(cls, phase) -> "PhaseArrays":
         # Each field read by a C-level map over the flows, not a Python loop
@@ -137,9 +148,12 @@ class ScheduleArrays:
 
     def pairs(self, position: int) -> List[Tuple[str, str, int]]:
         """``Phase.pairs()`` of phase ``position`` (what the control proxy sizes
-        its circuits by), made once for every fabric and iteration."""
+        its circuits by), made once for every fabric and iteration, from the
+        arrays: reading the 1.3 million `Flow` objects of a DP phase at 4,096
+        GPUs took 0.9 s, and in a forked worker it also copied every page
+        that holds one (their reference counts are written)."""
         if position not in self._pairs:
-            self._pairs[position] = self.schedule.phases[position].pairs()
+            self._pairs[position] = self.phases[position].pairs()
         return self._pairs[position]
 
     def prepare(self, iterations: int) -> "ScheduleArrays":
