@@ -199,12 +199,12 @@ def model_fabric(fabric, sched, cfg, settings, cal, log,
 
 
 # Each fabric's modelling time at 4,096 GPUs, in seconds (bench/model --perf,
-# 2026-11-27, with the compiled event loop and barriers, the medians of three
-# runs: SiP-OCS 25.4, ROFT 20.6, RFabric 18.5, FT 9.3, FT-OS 8.3; the VM's speed
-# drifts by up to twice within an hour, the ratios less): the order the worker
-# processes take the fabrics in is chosen by them.  A fabric not listed counts
-# as the median.
-MODEL_COST_S = {"sip-ocs": 25.0, "roft": 20.5, "rfabric": 18.5, "clos": 9.5,
+# 2026-11-27 afternoon, the medians of three runs of the five fabrics in two
+# processes: SiP-OCS 22.3, ROFT 18.2, RFabric 17.3, FT 9.1, FT-OS 8.7; the VM's
+# speed drifts by up to twice within an hour, the ratios less): the order the
+# worker processes take the fabrics in is chosen by them.  A fabric not listed
+# counts as the median.
+MODEL_COST_S = {"sip-ocs": 22.5, "roft": 18.0, "rfabric": 17.5, "clos": 9.0,
                 "fattree-os": 8.5}
 
 
@@ -215,7 +215,7 @@ def hand_out_order(names: Sequence[str], jobs: int) -> List[int]:
     order in the given one wins a tie).  Handing the longest out first is not
     always the best (by the times of 2026-11-27 morning it ended at 58 s where
     another order ended at 57 s); by today's it is: SiP-OCS beside FT and FT-OS,
-    ROFT beside RFabric, 43 s each way."""
+    ROFT beside RFabric, 40 s each way."""
     known = sorted(MODEL_COST_S.values())
     cost = [MODEL_COST_S.get(n.split(",")[0], known[len(known) // 2]) for n in names]
 
