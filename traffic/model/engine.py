@@ -343,8 +343,8 @@ class FlowSim:
 
     def rates_bps(self) -> Tuple[np.ndarray, np.ndarray]:
         """(flow ids, rates in bits per second) of the transmitting flows now."""
-        events.refresh_rates(self._flow_arrays(), self._live.arrays(), self._path_links,
-                             self._buffers(), self._box, self._effective_capacity)
+        events.refresh_rates(self._flow_arrays(), self._live.arrays(), self._buffers(),
+                             self._box, self._effective_capacity)
         count = self._box[events.TX_N]
         return self._tx_ids[:count].copy(), self._tx_rate[:count].copy()
 

@@ -133,7 +133,7 @@ def _heap_pop(heap, box):
 # ---------------------------------------------------------------- the rates
 
 @njit(cache=True)
-def refresh_rates(flows, live, path, bufs, box, capacity):
+def refresh_rates(flows, live, bufs, box, capacity):
     """Drop the flows that stopped from the transmitting list and bring the
     rates up to date (only when something changed since the last time)."""
     if box[STALE] == 0:
@@ -238,7 +238,7 @@ def run_events(flows, deps, live, path, heap, bufs, box, clock, params, flags, c
         stage = box[STAGE]
         now = clock[NOW]
         if stage == NEXT:
-            refresh_rates(flows, live, path, bufs, box, capacity)
+            refresh_rates(flows, live, bufs, box, capacity)
             n_tx = box[TX_N]
             soonest = np.inf
             for i in range(n_tx):

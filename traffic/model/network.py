@@ -558,26 +558,26 @@ def _closer_hops(adj_ptr, adj_nbr, dist, unreachable, ports):
     ``ports`` is given.  Two passes over (hop, router): count, then fill."""
     count = len(adj_ptr) - 1
     ptr = np.zeros(count * count + 1, dtype=np.int64)
-    for u in range(count):
-        near = dist[u]
-        for e in range(adj_ptr[u], adj_ptr[u + 1]):
-            far = dist[adj_nbr[e]]
-            for g in range(count):
-                if near[g] < unreachable and far[g] == near[g] - 1:
-                    ptr[u * count + g + 1] += 1
-    for k in range(count * count):
-        ptr[k + 1] += ptr[k]
-    hops = np.empty(ptr[count * count], dtype=np.int64)
-    fill = ptr[:-1].copy()
-    for u in range(count):
-        near = dist[u]
-        for e in range(adj_ptr[u], adj_ptr[u + 1]):
-            far = dist[adj_nbr[e]]
-            for g in range(count):
-                if near[g] < unreachable and far[g] == near[g] - 1:
-                    key = u * count + g
-                    hops[fill[key]] = e
-                    fill[key] += 1
+    hops = np.empty(0, dtype=np.int64)
+    fill = np.empty(0, dtype=np.int64)
+    for filling in (False, True):
+        for u in range(count):
+            near = dist[u]
+            for e in range(adj_ptr[u], adj_ptr[u + 1]):
+                far = dist[adj_nbr[e]]
+                for g in range(count):
+                    if near[g] < unreachable and far[g] == near[g] - 1:
+                        key = u * count + g
+                        if filling:
+                            hops[fill[key]] = e
+                            fill[key] += 1
+                        else:
+                            ptr[key + 1] += 1
+        if not filling:
+            for k in range(count * count):
+                ptr[k + 1] += ptr[k]
+            hops = np.empty(ptr[count * count], dtype=np.int64)
+            fill = ptr[:-1].copy()
     if len(ports):
         for key in range(count * count):            # insertion sort: a few hops a key
             for i in range(ptr[key] + 1, ptr[key + 1]):
