@@ -74,3 +74,47 @@ def test_a_single_modelled_value_stands_for_every_repeat(bench):
     # The model puts ZCube 4.2 points below ROFT, beyond the noise; the emulator
     # has it above: reversed.
     assert pair(order, "roft", "zcube")["judged"] and not order["same"]
+
+
+def test_phase_flows_split_a_flow_into_transfer_and_process_overhead(bench, tmp_path):
+    # 125,000 bytes at 10 Mbit/s is 0.1 s of transfer; the replayer timed 0.12
+    # and 0.13 s.  Iteration 1, another fabric whose name starts the same, a
+    # failed flow and another phase are left out.
+    header = "id,src,dst,bytes,start_s,end_s,duration_s,goodput_mbps,retransmits,status," \
+             "step,group,bytes_received,error\n"
+    rows = [
+        "roft-i1-train-dp-a,h1,h2,125000,0,1,0.500,10.0,0,ok,0,train-dp,125000,",
+        "roft-i2-train-dp-a,h1,h2,125000,0,1,0.120,10.0,0,ok,0,train-dp,125000,",
+        "roft-i3-train-dp-a,h1,h2,125000,0,1,0.130,10.0,0,ok,0,train-dp,125000,",
+        "roft-i3-train-dp-b,h1,h2,125000,0,1,9.000,10.0,0,timeout,0,train-dp,0,",
+        "roft-i3-train-pp-a,h1,h2,125000,0,1,0.900,10.0,0,ok,0,train-pp,125000,",
+        "roft-os-i2-train-dp-a,h1,h2,125000,0,1,0.900,10.0,0,ok,0,train-dp,125000,",
+    ]
+    (tmp_path / "flows.csv").write_text(header + "\n".join(rows) + "\n")
+    flows = bench.phase_flows(tmp_path, "roft", "train-dp")
+    assert flows["flows"] == 2
+    assert flows["duration_s"] == pytest.approx(0.125)
+    assert flows["transfer_s"] == pytest.approx(0.1)
+    assert flows["overhead_s"] == pytest.approx(0.025)
+    assert flows["overhead_max_s"] == pytest.approx(0.03)
+    line = bench.explain_flows(flows, dict(flows, duration_s=0.104), 0.0043)
+    assert "25 ms a flow (up to 30)" in line and "4.3 ms" in line and "modelled 0.104" in line
+    assert bench.phase_flows(tmp_path / "gone", "roft", "train-dp") == {}
+
+
+def test_resends_count_only_flows_cancelled_while_they_ran(bench, tmp_path):
+    # r1 ran from 1.0 and was cancelled at 1.5, resent at 1.54; r2 was armed,
+    # not started, when it moved (start = end), and keeps its due time 2.0.
+    header = "id,src,dst,bytes,start_s,end_s,duration_s,goodput_mbps,retransmits,status," \
+             "step,group,bytes_received,error\n"
+    rows = [
+        "zcube/1/failure:r1,h1,h2,100,1.0,1.5,0.5,0,0,moved,,zcube/failure,50,",
+        "zcube/1/failure:r1~m1,h3,h2,100,1.54,2.0,0.46,1,0,ok,,zcube/failure,100,",
+        "zcube/1/failure:r2,h1,h2,100,1.5,1.5,0,0,0,moved,,zcube/failure,0,",
+        "zcube/1/failure:r2~m1,h3,h2,100,2.0,2.5,0.5,1,0,ok,,zcube/failure,100,",
+        "zcube/1/healthy:r1~m1,h3,h2,100,9.0,9.5,0.5,1,0,ok,,zcube/healthy,100,",
+        "roft/1/failure:r1~m1,h3,h2,100,9.0,9.5,0.5,1,0,ok,,roft/failure,100,",
+    ]
+    (tmp_path / "flows.csv").write_text(header + "\n".join(rows) + "\n")
+    assert bench.resends(tmp_path, "zcube") == [pytest.approx(0.04)]
+    assert bench.resends(tmp_path, "hpn") == []
