@@ -161,6 +161,7 @@ def serve_modelled(ctx, fabric, planned: Sequence[Planned], settings: ServeSetti
                                     ecmp_seed=ctx.scenario.config["testbed"]["ecmp_seed"])
     constants = pd_model.ReplayConstants(efficiency=cal.efficiency,
                                          hop_latency_s=cal.hop_latency_s,
-                                         startup_s=cal.startup_s)
+                                         startup_s=cal.startup_s,
+                                         resend_s=cal.resend_s)
     return pd_model.serve_model(planned, net, settings, d_credits, failure=failure,
                                 calibration=constants)

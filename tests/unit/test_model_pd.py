@@ -264,6 +264,31 @@ def test_failure_waits_for_the_control_plane_notice():
     assert ends[0.2] == pytest.approx(ends[0.0] + 0.2)
 
 
+def test_a_resend_goes_once_its_processes_run_and_only_a_resend_waits():
+    # The replayer starts a cancelled flow's processes anew (`resend_s`):
+    # its resend starts that much later; a flow rehosted before it started
+    # keeps its due time, and nothing else moves.
+    fabric, _, planned = _plan()
+    _, healthy = _serve(fabric, planned)
+    flow, switch, at_s = _running_at_middle(healthy, fabric)
+    moves = failover.failover_map(fabric, [switch])
+    runs = {}
+    for resend in (0.0, 0.05):
+        failure = NodeFailure(switch, at_s, moves, notice_s=0.03)
+        _, served = _serve(fabric, planned, failure=failure,
+                           calibration=ReplayConstants(resend_s=resend))
+        runs[resend] = ({f.id: f for f in served.results}, failure)
+    (quick, failure), (slow, _) = runs[0.0], runs[0.05]
+    assert slow[f"{flow.id}~m1"].start == pytest.approx(at_s + 0.03 + 0.05)
+    assert quick[f"{flow.id}~m1"].start == pytest.approx(at_s + 0.03)
+    assert slow[f"{flow.id}~m1"].end > quick[f"{flow.id}~m1"].end
+    for fid in failure.rehosted:
+        new = f"{fid}~m1" if f"{fid}~m1" in quick else fid
+        assert slow[new].start >= quick[new].start - 1e-9
+    before = [fid for fid, f in quick.items() if f.end <= at_s]
+    assert before and all(slow[fid].end == quick[fid].end for fid in before)
+
+
 @pytest.mark.parametrize("name", ["roft", "zcube"])
 def test_throughput_after_a_failure_is_lower_than_without(name):
     spec = pd_setup.fabric_specs(ZCUBE, [name])[name]

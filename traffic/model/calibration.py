@@ -1,6 +1,6 @@
 """The flow-level model's few constants, calibrated once on the emulator and frozen.
 
-The model has five constants that max-min fairness alone does not give:
+The model has six constants that max-min fairness alone does not give:
 
 * ``efficiency``: the share of a link's rate that TCP's payload gets (1500-byte
   frames, headers, acknowledgements on the reverse path);
@@ -14,10 +14,14 @@ The model has five constants that max-min fairness alone does not give:
 * ``phase_startup_s``: from an RL phase's start to its first flow's first
   byte, beyond a flow's own set-up: the emulator's replayer telling the
   phase's first flows (armed before the phase starts, on host agents the
-  run keeps) to go.
+  run keeps) to go;
+* ``resend_s``: from a running flow's cancellation (a NIC port failed over) to
+  its resend's first byte, beyond a flow's own set-up: the emulator's replayer
+  starts the resent flow's processes anew, where every other flow's were
+  started ahead of it.
 
 They are measured by ``bench/model --calibrate`` on a single-flow bench of the
-emulator (one lone TCP flow over 3 switches at two sizes, on ``dataplane =
+emulator (one lone TCP flow over 1 and 7 switches at two sizes, on ``dataplane =
 linux``) and written to ``calibration.toml`` beside this module with the date
 and the machine kind.  Validation against the emulator (``bench/model
 --validate``) never refits them.
@@ -31,7 +35,7 @@ scales with the link rate (``link_mbps`` is the rate it was measured at):
 `for_real_world` gives them for a run in real units at the texts' line
 rates (the full-scale scenarios): the TCP share is kept, the per-hop
 latency scaled to the real rate, and the emulator's own software overheads
-(iperf3's set-up, the controller's rounds) are left out, because they
+(iperf3's set-up, the controller's rounds, a resend's processes) are left out, because they
 belong to the emulator, not to the fabric: what remains of a
 reconfiguration is its technology's delay.
 """
@@ -58,6 +62,7 @@ class Calibration:
     hop_latency_s: float = 0.0
     round_s: float = 0.0
     phase_startup_s: float = 0.0
+    resend_s: float = 0.0                # 0 in a calibration from before it was measured
     link_mbps: float = 0.0               # the link rate hop_latency_s was measured at
     measured: str = ""                   # date and machine kind
     source: str = ""                     # how
@@ -74,7 +79,7 @@ class Calibration:
     def for_real_world(self, link_gbps: float) -> "Calibration":
         """The constants for a run in real units at ``link_gbps`` (see above)."""
         mbps = link_gbps * 1000.0
-        return replace(self, startup_s=0.0, round_s=0.0, phase_startup_s=0.0,
+        return replace(self, startup_s=0.0, round_s=0.0, phase_startup_s=0.0, resend_s=0.0,
                        hop_latency_s=self._hop_at(mbps), link_mbps=mbps)
 
     def to_dict(self) -> dict:
@@ -103,7 +108,7 @@ def load(path: Optional[Path] = None) -> Calibration:
         raise ValueError(f"{path}: unknown keys {unknown} in [calibration]; allowed: "
                          f"{', '.join(sorted(fields))}")
     for key in ("efficiency", "startup_s", "hop_latency_s", "round_s", "phase_startup_s",
-                "link_mbps"):
+                "resend_s", "link_mbps"):
         value = section.get(key, getattr(IDEAL, key))
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{path}: calibration.{key} must be a number >= 0, got {value!r}")

@@ -85,7 +85,9 @@ class ReplayConstants:
     ``hop_latency_s`` and ``startup_s`` go to `FlowSim` as they are; ``go_s``
     is the time from a flow's admission to its release in the model (the
     replayer's go message and the client's start); ``notice_s`` the control
-    plane's notice of a failure (`DEFAULT_NOTICE_S`); ``arm_ahead_s`` and
+    plane's notice of a failure (`DEFAULT_NOTICE_S`); ``resend_s`` how long
+    after a running flow is cancelled its resend is due (the replayer starts
+    its processes anew, `Calibration.resend_s`); ``arm_ahead_s`` and
     ``timeout_s`` the replayer's constants.
     """
 
@@ -94,6 +96,7 @@ class ReplayConstants:
     startup_s: float = 0.0
     go_s: float = 0.0
     notice_s: float = DEFAULT_NOTICE_S
+    resend_s: float = 0.0
     arm_ahead_s: float = ARM_AHEAD_S
     timeout_s: float = TIMEOUT_S
 
@@ -226,6 +229,7 @@ class _Run:
         self.admitted: set = set()
         self.done: set = set()
         self.doomed: set = set()              # an end cut off: times out once started
+        self.resent: set = set()              # resends of flows cancelled while running
         self.wait_credit: Dict[str, List[str]] = defaultdict(list)   # request -> due flows
         self.wait_lane: Dict[str, List[str]] = defaultdict(list)     # lane key -> due flows
         self._events_seen = 0                 # cursor into credit_gate.credits.events
@@ -317,8 +321,12 @@ class _Run:
             self.fired[fid] = now
             self.sim_of[fid] = first + k
             self.fid_of_sim.append(fid)
+        # A resend is due (and asks the gate) at once, as the replayer's, and
+        # goes once its new processes run: `ReplayConstants.resend_s` later.
+        delay = self.cal.go_s if not self.resent.intersection(fids) else np.array(
+            [self.cal.go_s + (self.cal.resend_s if f in self.resent else 0.0) for f in fids])
         ids = self.sim.add_flows(np.array([self.flows[f].bytes for f in fids], dtype=float),
-                                 delay_s=self.cal.go_s, base_s=now)
+                                 delay_s=delay, base_s=now)
         if int(np.asarray(ids)[0]) != first or len(ids) != len(fids):
             raise RuntimeError("FlowSim.add_flows gave ids out of sequence")
         for fid in fids:
@@ -434,6 +442,7 @@ class _Run:
             result.bytes_received = int(np.asarray(delivered).sum()) if delivered is not None \
                 else 0
             flow = dataclasses.replace(flow, after=(), at_s=now)
+            self.resent.add(new_id)
         self.done.add(fid)
         self.flows[new_id] = dataclasses.replace(flow, id=new_id, src=src, dst=dst)
         self.order[new_id] = self.order[fid] + (count,)
