@@ -218,11 +218,17 @@ def _running_at_middle(served, fabric):
     return flow, failover.host_switch(fabric, flow.src), (flow.start + flow.end) / 2
 
 
-def test_failure_moves_flows_to_the_failover_port_and_they_finish():
+def _failing_tor():
+    """pd-inference's plan on ZCube, a flow running half-way through it, its
+    source's ToR, when the ToR fails (then) and where its NIC ports go."""
     fabric, _, planned = _plan()
     _, healthy = _serve(fabric, planned)
     flow, switch, at_s = _running_at_middle(healthy, fabric)
-    moves = failover.failover_map(fabric, [switch])
+    return fabric, planned, flow, switch, at_s, failover.failover_map(fabric, [switch])
+
+
+def test_failure_moves_flows_to_the_failover_port_and_they_finish():
+    fabric, planned, flow, switch, at_s, moves = _failing_tor()
     failure = NodeFailure(switch, at_s, moves, notice_s=0.03)
     net, served = _serve(fabric, planned, failure=failure)
     assert failure.noticed_s == 0.03
@@ -252,10 +258,7 @@ def test_failure_moves_flows_to_the_failover_port_and_they_finish():
 
 
 def test_failure_waits_for_the_control_plane_notice():
-    fabric, _, planned = _plan()
-    _, healthy = _serve(fabric, planned)
-    flow, switch, at_s = _running_at_middle(healthy, fabric)
-    moves = failover.failover_map(fabric, [switch])
+    fabric, planned, flow, switch, at_s, moves = _failing_tor()
     ends = {}
     for notice in (0.0, 0.2):
         failure = NodeFailure(switch, at_s, moves, notice_s=notice)
@@ -268,10 +271,7 @@ def test_a_resend_goes_once_its_processes_run_and_only_a_resend_waits():
     # The replayer starts a cancelled flow's processes anew (`resend_s`):
     # its resend starts that much later; a flow rehosted before it started
     # keeps its due time, and nothing else moves.
-    fabric, _, planned = _plan()
-    _, healthy = _serve(fabric, planned)
-    flow, switch, at_s = _running_at_middle(healthy, fabric)
-    moves = failover.failover_map(fabric, [switch])
+    fabric, planned, flow, switch, at_s, moves = _failing_tor()
     runs = {}
     for resend in (0.0, 0.05):
         failure = NodeFailure(switch, at_s, moves, notice_s=0.03)
@@ -338,10 +338,8 @@ def test_hpn_flow_with_one_end_behind_a_failed_tor_is_served_in_the_other_plane(
 
 
 def test_a_gpu_cut_off_times_out_and_frees_its_credit():
-    fabric, _, planned = _plan()
-    _, healthy = _serve(fabric, planned)
-    flow, switch, at_s = _running_at_middle(healthy, fabric)
-    moves = dict(failover.failover_map(fabric, [switch]), **{flow.src: None})
+    fabric, planned, flow, switch, at_s, moves = _failing_tor()
+    moves = dict(moves, **{flow.src: None})
     failure = NodeFailure(switch, at_s, moves, notice_s=0.01)
     _, served = _serve(fabric, planned, failure=failure,
                        calibration=ReplayConstants(timeout_s=1.0))
