@@ -224,11 +224,13 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
 def _model(scenario, fabric, scale, run_dir, result) -> Outcome:
     """Run an experiment on the flow-level model: no testbed, no root; the
     result says so and records the model's frozen calibration."""
-    from traffic.model import calibration
+    from emu.experiments.base import load_calibration
 
     print(f"  engine model: the flow-level model (traffic.model), not an emulation")
     result["mode"] = "model"
-    result["model"] = {"calibration": calibration.load().to_dict()}
+    result["model"] = {"calibration": load_calibration(scenario).to_dict(),
+                       "calibration_file": scenario.config.get("testbed", {}).get(
+                           "model_calibration") or "traffic/model/calibration.toml"}
     return scenario.experiment.model(Context(scenario, fabric, scale, run_dir))
 
 

@@ -32,6 +32,13 @@ def _check_spec(spec: str) -> None:
     registry.check_args(name, kwargs)
 
 
+def _check_calibration(path: str) -> None:
+    if path:
+        from traffic.model import calibration
+
+        calibration.load(Path(path))      # ValueError naming the file and the key
+
+
 COMMON: Schema = {
     "scenario": {
         "kind": Field(str, None, "experiment to run", choices=sorted(EXPERIMENTS)),
@@ -62,6 +69,10 @@ COMMON: Schema = {
                                  "overheads (iperf3's set-up per flow, the controller's "
                                  "rounds), calibrated, to compare with an emulation; false "
                                  "for the texts' fabrics at their real rates"),
+        "model_calibration": Field(str, "", "engine = 'model': the model's constants from "
+                                   "this TOML file (as bench/model --calibrate writes it) "
+                                   "instead of the frozen traffic/model/calibration.toml "
+                                   "(''), say another machine's", check=_check_calibration),
         "ecmp_seed": Field(int, 1, "draws every flow's TCP ports and the kernel routers' "
                            "multipath hash key, so a run's ECMP paths repeat and another "
                            "seed draws others; 0: the kernel's (ephemeral ports, a random "

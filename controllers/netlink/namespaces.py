@@ -17,13 +17,14 @@ import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 CLONE_NEWNET = 0x40000000
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 class NamespaceError(RuntimeError):
@@ -101,9 +102,29 @@ def link_event_socket(pid: int) -> socket.socket:
 def netlink_socket(pid: int, groups: int = 0) -> socket.socket:
     """A plain NETLINK_ROUTE socket in ``pid``'s network namespace, subscribed to
     ``groups`` (0: requests and their answers only)."""
-    made = {}
+    def open_bound():
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        sock.bind((0, groups))
+        return sock
 
-    def enter_and_open():
+    try:
+        return in_namespace(pid, open_bound)
+    except NamespaceError:
+        raise
+    except Exception as exc:   # noqa: BLE001
+        raise NamespaceError(f"cannot open a netlink socket in {netns_path(pid)}: {exc}") \
+            from None
+
+
+def in_namespace(pid: int, work: Callable[[], T]) -> T:
+    """``work()`` done in ``pid``'s network namespace by a thread that enters
+    it with setns(2) and ends there, taking the namespace with it: what it
+    made stays where it was made (a socket in that namespace), and what it
+    looked up was looked up there (an interface name).  Nothing is forked,
+    so a process with threads (the runner's) can do it safely."""
+    done: dict = {}
+
+    def enter_and_work():
         try:
             fd = os.open(netns_path(pid), os.O_RDONLY)
             try:
@@ -112,18 +133,13 @@ def netlink_socket(pid: int, groups: int = 0) -> socket.socket:
                     raise NamespaceError(f"setns into {netns_path(pid)}: {os.strerror(error)}")
             finally:
                 os.close(fd)
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
-            sock.bind((0, groups))
-            made["socket"] = sock
+            done["value"] = work()
         except BaseException as exc:     # handed to the caller's thread
-            made["error"] = exc
+            done["error"] = exc
 
-    # The thread ends here, and with it the namespace it entered; the socket stays.
-    thread = threading.Thread(target=enter_and_open, name=f"netns-{pid}")
+    thread = threading.Thread(target=enter_and_work, name=f"netns-{pid}")
     thread.start()
     thread.join()
-    if "error" in made:
-        error = made["error"]
-        raise error if isinstance(error, NamespaceError) else NamespaceError(
-            f"cannot open a netlink socket in {netns_path(pid)}: {error}")
-    return made["socket"]
+    if "error" in done:
+        raise done["error"]
+    return done["value"]

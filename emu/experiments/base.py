@@ -97,13 +97,20 @@ class Experiment:
         return self.network is not Network.NONE
 
 
-def model_calibration(ctx: Context):
-    """The flow-level model's frozen constants for this run (`traffic.model.calibration`):
-    the emulator's overheads at its link rate, or none at the fabric's real rates
-    (``testbed.model_overheads``)."""
+def load_calibration(scenario):
+    """The model's constants for a scenario: ``testbed.model_calibration``'s file,
+    or the frozen one (`traffic.model.calibration`)."""
     from traffic.model import calibration
 
-    cal = calibration.load()
+    path = scenario.config.get("testbed", {}).get("model_calibration")
+    return calibration.load(Path(path) if path else None)
+
+
+def model_calibration(ctx: Context):
+    """The flow-level model's constants for this run (`load_calibration`):
+    the emulator's overheads at its link rate, or none at the fabric's real rates
+    (``testbed.model_overheads``)."""
+    cal = load_calibration(ctx.scenario)
     if ctx.scenario.config["testbed"].get("model_overheads", True):
         return cal.for_emulation(ctx.scenario.config["scale"]["link_mbps"])
     return cal.for_real_world(host_gbps(ctx.fabric))

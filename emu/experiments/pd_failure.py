@@ -234,6 +234,8 @@ class ToRFailure:
         self.bed = bed
         self.switch = switch
         self.moves = moves
+        # Sockets opened now, not when the failure comes mid-stream.
+        bed.ready_links(bed.switch_links(switch))
         self.at_s: Optional[float] = None
         self.noticed_s: Optional[float] = None
         self.moved: List[str] = []        # running: cancelled, resent in full

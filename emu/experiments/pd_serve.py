@@ -162,6 +162,7 @@ def serve_modelled(ctx, fabric, planned: Sequence[Planned], settings: ServeSetti
     constants = pd_model.ReplayConstants(efficiency=cal.efficiency,
                                          hop_latency_s=cal.hop_latency_s,
                                          startup_s=cal.startup_s,
-                                         resend_s=cal.resend_s)
+                                         resend_s=cal.resend_s,
+                                         notice_s=cal.notice_s or pd_model.DEFAULT_NOTICE_S)
     return pd_model.serve_model(planned, net, settings, d_credits, failure=failure,
                                 calibration=constants)

@@ -34,6 +34,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
 from emu.live import drops, hostroutes, ovs, shaping, state
+from emu.live.linkstate import LinkStateError, LinkSwitch
 from emu.live.waiting import wait_until
 from topologies.fabric import HOST, Fabric
 from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, machine_name
@@ -167,6 +168,7 @@ class Testbed:
         # Interfaces of links taken down on purpose: what they drop is the
         # failure's own loss (`emu.live.drops`), not the machine running short.
         self.failed_interfaces: Set[str] = set()
+        self._links: Optional[LinkSwitch] = None   # netlink in the namespaces, once needed
         self._stack = ExitStack()
         self._old_sigterm = None
 
@@ -443,32 +445,55 @@ class Testbed:
         """Take fabric links down (or up) without waiting for the controller.
 
         Both interfaces of each link change state, as Mininet's
-        ``configLinkStatus`` does, but with one ``ip -batch`` per namespace,
-        all at once: a switch that fails loses its links together, not one
-        shell round trip after another (25-50 ms apart for a ToR here).  The
+        ``configLinkStatus`` does, but all at once, over netlink sockets
+        opened ahead (`emu.live.linkstate`; `ready_links` opens them before
+        a failure is due): a switch that fails loses its links together,
+        not one process start or shell round trip after another.  The
         switches report the port status to the controller, which reroutes
         on its own.
         """
-        wanted = set()
-        for u, v in links:
+        links = list(links)
+        interfaces = self._interfaces(links)
+        switch = self._link_switch()
+        try:
+            switch.ready(interfaces)
+            started = time.monotonic()
+            switch.change(interfaces, up)
+        except LinkStateError as exc:
+            raise TestbedError(str(exc)) from None
+        self.failed_interfaces.update(name for _, name in interfaces)
+        return LinkChange(frozenset(tuple(sorted(link)) for link in links), up, started)
+
+    def ready_links(self, links) -> None:
+        """Open now what taking these links down (or up) will need, so that a
+        failure due later costs it nothing when it comes."""
+        try:
+            self._link_switch().ready(self._interfaces(links))
+        except LinkStateError as exc:
+            raise TestbedError(str(exc)) from None
+
+    def _interfaces(self, links) -> List[Tuple[Optional[int], str]]:
+        """Both interfaces of each fabric link, as (namespace pid, name)."""
+        interfaces = []
+        for u, v in sorted({tuple(sorted(link)) for link in links}):
             if not self.fabric.graph.has_edge(u, v):
                 raise TestbedError(f"no link {u}-{v} in the fabric")
-            wanted.add(tuple(sorted((u, v))))
-        batches: Dict[Optional[int], List[str]] = {}
-        for u, v in sorted(wanted):
             nodes = [self.net.get(machine_name(self.fabric, n)) for n in (u, v)]
             for link in self.net.linksBetween(*nodes):
                 for intf in (link.intf1, link.intf2):
-                    self.failed_interfaces.add(intf.name)
-                    batches.setdefault(self._namespace_pid(intf.node), []).append(
-                        f"link set dev {intf.name} {'up' if up else 'down'}")
-        started = time.monotonic()
-        try:
-            shaping.run_batches("ip", batches, f"take {len(wanted)} link(s) "
-                                f"{'up' if up else 'down'}")
-        except shaping.BatchError as exc:
-            raise TestbedError(str(exc)) from None
-        return LinkChange(frozenset(wanted), up, started)
+                    interfaces.append((self._namespace_pid(intf.node), intf.name))
+        return interfaces
+
+    def _link_switch(self) -> LinkSwitch:
+        if self._links is None:
+            self._links = LinkSwitch()
+            self._stack.callback(self._close_link_switch)
+        return self._links
+
+    def _close_link_switch(self) -> None:
+        if self._links is not None:
+            self._links.close()
+            self._links = None
 
     def wait_links_seen(self, change: "LinkChange",
                         timeout_s: float = LINK_CHANGE_TIMEOUT_S) -> float:

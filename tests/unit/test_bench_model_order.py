@@ -118,3 +118,18 @@ def test_resends_count_only_flows_cancelled_while_they_ran(bench, tmp_path):
     (tmp_path / "flows.csv").write_text(header + "\n".join(rows) + "\n")
     assert bench.resends(tmp_path, "zcube") == [pytest.approx(0.04)]
     assert bench.resends(tmp_path, "hpn") == []
+
+
+def test_the_what_if_remodels_one_fabric_with_the_constants_given_and_keeps_the_file(
+        bench, tmp_path, monkeypatch):
+    """`remodel_with`: a later notice and a slower resend cost ZCube's moved flows
+    time, so its degradation grows; the frozen calibration is left as it was."""
+    from traffic.model import calibration
+
+    monkeypatch.setattr(bench, "RUNS", tmp_path / "runs")
+    frozen = calibration.DATA.read_text()
+    as_calibrated = bench.remodel_with("zcube")
+    slower = bench.remodel_with("zcube", notice_s=0.08, resend_s=0.07)
+    assert slower > as_calibrated + 0.5
+    assert calibration.DATA.read_text() == frozen
+    assert len(list((tmp_path / "runs").iterdir())) == 2, "one modelled run each, kept"

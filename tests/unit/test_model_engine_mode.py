@@ -140,6 +140,41 @@ def test_engine_rejects_an_unknown_value(tmp_path, capsys):
     assert "testbed.engine" in err and "model" in err
 
 
+def test_another_calibration_file_is_the_one_the_model_runs_with(tmp_path, capsys):
+    from dataclasses import replace
+
+    from traffic.model import calibration
+
+    slower = calibration.dump(replace(calibration.load(), efficiency=0.5, source="halved"),
+                              tmp_path / "slower.toml")
+    runs = {}
+    for name, extra in (("frozen", []), ("slower", ["--set", f"model_calibration={slower}"])):
+        out = tmp_path / name
+        out.mkdir()
+        assert _main(["allreduce", "--set", "engine=model", *extra], out) == 0
+        runs[name] = _result(out)
+    assert runs["slower"]["model"]["calibration"]["source"] == "halved"
+    assert runs["slower"]["model"]["calibration_file"] == str(slower)
+    assert runs["frozen"]["model"]["calibration_file"] == "traffic/model/calibration.toml"
+    assert runs["slower"]["metrics"]["completion_s"] > \
+        1.8 * runs["frozen"]["metrics"]["completion_s"], "half the TCP share: about twice as long"
+
+
+def test_a_bad_calibration_file_is_named_with_the_key_before_anything_runs(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[calibration]\nnotice_s = -1\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _main(["allreduce", "--set", "engine=model", "--set",
+                  f"model_calibration={bad}"], out) == 2
+    err = capsys.readouterr().err
+    assert "testbed.model_calibration" in err and str(bad) in err and "notice_s" in err
+    assert not any(out.iterdir())
+    assert _main(["allreduce", "--check", "--set", "model_calibration=/nowhere.toml"],
+                 out) == 2
+    assert "/nowhere.toml: no model calibration" in capsys.readouterr().err
+
+
 def test_engine_model_is_what_makes_a_scenario_model():
     assert scenarios.load("allreduce", ["engine=model"]).models
     assert not scenarios.load("allreduce", ["engine=model"]).emulates

@@ -80,11 +80,15 @@ class _Bed:
         # One network (ZCube's switches all meet).
         self.fabric = fabric or registry.build("zcube,n=4,gpus_per_server=2")
         self.changed = []
+        self.readied = []
         self.seen = threading.Event()
         self.error = error
 
     def switch_links(self, switch):
         return {(switch, "s9")}
+
+    def ready_links(self, links):
+        self.readied.append(sorted(links))
 
     def change_links(self, links, up):
         self.changed.append((sorted(links), up))
@@ -134,6 +138,8 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
              SimpleNamespace(id="h", src="h1", dst="h3")]    # armed, not started: rehosted
     bed = _Bed()
     event = pf.ToRFailure(bed, "s1", {"h1": "h2", "h5": None})
+    assert bed.readied == [[("s1", "s9")]] and bed.changed == [], \
+        "the links' sockets are opened when the event is made, long before it fires"
     replayer = _Replayer(flows, done={"f"})
     event(replayer)
     assert bed.changed == [([("s1", "s9")], False)], "every link of the switch, down"

@@ -1,6 +1,6 @@
 """The flow-level model's few constants, calibrated once on the emulator and frozen.
 
-The model has six constants that max-min fairness alone does not give:
+The model has seven constants that max-min fairness alone does not give:
 
 * ``efficiency``: the share of a link's rate that TCP's payload gets (1500-byte
   frames, headers, acknowledgements on the reverse path);
@@ -18,11 +18,14 @@ The model has six constants that max-min fairness alone does not give:
 * ``resend_s``: from a running flow's cancellation (a NIC port failed over) to
   its resend's first byte, beyond a flow's own set-up: the emulator's replayer
   starts the resent flow's processes anew, where every other flow's were
-  started ahead of it.
+  started ahead of it;
+* ``notice_s``: from a switch's links going down to the controller having
+  seen them all and rerouted: when a failure's flows move.
 
 They are measured by ``bench/model --calibrate`` on a single-flow bench of the
 emulator (one lone TCP flow over 1 and 7 switches at two sizes, on ``dataplane =
-linux``) and written to ``calibration.toml`` beside this module with the date
+linux``; ``notice_s`` by failing every ToR of ``pd-failure``'s fabrics with
+no traffic) and written to ``calibration.toml`` beside this module with the date
 and the machine kind.  Validation against the emulator (``bench/model
 --validate``) never refits them.
 
@@ -37,7 +40,9 @@ rates (the full-scale scenarios): the TCP share is kept, the per-hop
 latency scaled to the real rate, and the emulator's own software overheads
 (iperf3's set-up, the controller's rounds, a resend's processes) are left out, because they
 belong to the emulator, not to the fabric: what remains of a
-reconfiguration is its technology's delay.
+reconfiguration is its technology's delay.  ``notice_s`` is kept: a real
+fabric's control plane also takes time to see a switch die and reroute,
+and the emulator's controller is the only one measured.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class Calibration:
     round_s: float = 0.0
     phase_startup_s: float = 0.0
     resend_s: float = 0.0                # 0 in a calibration from before it was measured
+    notice_s: float = 0.0                # likewise
     link_mbps: float = 0.0               # the link rate hop_latency_s was measured at
     measured: str = ""                   # date and machine kind
     source: str = ""                     # how
@@ -108,7 +114,7 @@ def load(path: Optional[Path] = None) -> Calibration:
         raise ValueError(f"{path}: unknown keys {unknown} in [calibration]; allowed: "
                          f"{', '.join(sorted(fields))}")
     for key in ("efficiency", "startup_s", "hop_latency_s", "round_s", "phase_startup_s",
-                "resend_s", "link_mbps"):
+                "resend_s", "notice_s", "link_mbps"):
         value = section.get(key, getattr(IDEAL, key))
         if not isinstance(value, (int, float)) or value < 0:
             raise ValueError(f"{path}: calibration.{key} must be a number >= 0, got {value!r}")

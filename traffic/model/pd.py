@@ -65,10 +65,11 @@ from traffic.pdplan import Planned, request_of
 from traffic.pdstats import ingress_series, request_rows, summarize_fabric
 from traffic.results import FlowResult
 
-#: Control-plane notice after a switch fails, emulated seconds: the emulator's
-#: controller saw every link of a failed ToR down 20-36 ms after it failed (kernel
-#: data plane, netlink link events); flows behind it move only then.
-DEFAULT_NOTICE_S = 0.028
+#: Control-plane notice after a switch fails, emulated seconds, where the
+#: calibration has none (`Calibration.notice_s`, measured by failing ToRs of an
+#: idle emulator: the controller saw all their links down and rerouted 16-29 ms
+#: later); flows behind the switch move only then.
+DEFAULT_NOTICE_S = 0.022
 #: The replayer arms a flow (starts its processes) this long before it is due
 #: (`emu.live.replay.ARM_AHEAD_S`); a failure moves an armed flow under a new id.
 ARM_AHEAD_S = 2.0
@@ -85,7 +86,7 @@ class ReplayConstants:
     ``hop_latency_s`` and ``startup_s`` go to `FlowSim` as they are; ``go_s``
     is the time from a flow's admission to its release in the model (the
     replayer's go message and the client's start); ``notice_s`` the control
-    plane's notice of a failure (`DEFAULT_NOTICE_S`); ``resend_s`` how long
+    plane's notice of a failure (`Calibration.notice_s`); ``resend_s`` how long
     after a running flow is cancelled its resend is due (the replayer starts
     its processes anew, `Calibration.resend_s`); ``arm_ahead_s`` and
     ``timeout_s`` the replayer's constants.
