@@ -238,6 +238,9 @@ class ToRFailure:
         bed.ready_links(bed.switch_links(switch))
         self.at_s: Optional[float] = None
         self.noticed_s: Optional[float] = None
+        # From the failure to the replay loop moving its flows: the notice, then
+        # the loop taking the move up between its other work.
+        self.moved_after_s: Optional[float] = None
         self.moved: List[str] = []        # running: cancelled, resent in full
         self.rehosted: List[str] = []     # not started yet: starts from the new port when due
         self.stranded: List[str] = []
@@ -278,6 +281,7 @@ class ToRFailure:
         """Every flow with an end behind the failed ToR goes to the port that
         takes over; a running one is resent in full from there, and first: it
         is due again at once, the others keep their due times."""
+        self.moved_after_s = time.time() - replayer.t0 - self.at_s
         flows = sorted(replayer.flows.items(), key=lambda item: not replayer.started(item[0]))
         ends = failover.FlowEnds(self.bed.fabric, self.moves)   # the model's rule as well
         for fid, flow in flows:
@@ -429,6 +433,8 @@ def _repeat_row(name, fabric, switch, moves, event, runs, t_fail, repeat, outcom
     row = {"fabric": name, "failed_switch": switch,
            "role": fabric.graph.nodes[switch].get("role", ""),
            "failed_at_s": event.at_s, "control_notice_ms": (event.noticed_s or 0) * 1000,
+           "flows_moved_ms": None if event.moved_after_s is None
+           else event.moved_after_s * 1000,
            "nic_ports_failed_over_count": len(moves),
            "moved_flows_count": len(event.moved),
            "rehosted_flows_count": len(event.rehosted),

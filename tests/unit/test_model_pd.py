@@ -232,6 +232,7 @@ def test_failure_moves_flows_to_the_failover_port_and_they_finish():
     failure = NodeFailure(switch, at_s, moves, notice_s=0.03)
     net, served = _serve(fabric, planned, failure=failure)
     assert failure.noticed_s == 0.03
+    assert failure.moved_after_s == pytest.approx(0.03)   # moved as soon as noticed
     assert flow.id in failure.moved                       # it was running: resent in full
     assert not failure.stranded
     assert not net.down_nodes                             # restored for the next run

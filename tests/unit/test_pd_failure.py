@@ -149,6 +149,8 @@ def test_failure_event_fails_the_switch_then_moves_only_flows_behind_it():
     replayer.run_posted()
     event.finish()
     assert event.noticed_s == 0.05
+    assert event.moved_after_s is not None and event.moved_after_s >= 0, \
+        "when the loop moved the flows, counted from the failure"
     # g: h8 (port 1, a B switch) is two switches from h2's B switch; its GPU's
     # port 0, h7, is one link away (ZCube's other path; alive in this map).
     assert replayer.calls == [("a", "h2", "h9"), ("f", "h7", "h2"), ("g", "h2", "h7"),

@@ -130,7 +130,8 @@ class NodeFailure:
 
     After the run it holds what `emu.experiments.pd_failure.ToRFailure`
     reports: ``moved`` (resent), ``rehosted`` (not started), ``stranded``
-    (an end cut off), ``noticed_s`` (the notice delay, seconds).
+    (an end cut off), ``noticed_s`` (the notice delay, seconds) and
+    ``moved_after_s`` (from the failure to the flows' move: the same here).
     """
 
     switch: str
@@ -139,6 +140,7 @@ class NodeFailure:
     notice_s: Optional[float] = None
     restore: bool = True
     noticed_s: Optional[float] = None
+    moved_after_s: Optional[float] = None
     moved: List[str] = field(default_factory=list)
     rehosted: List[str] = field(default_factory=list)
     stranded: List[str] = field(default_factory=list)
@@ -390,6 +392,7 @@ class _Run:
         """`ToRFailure.move_flows`: started flows first, then the others, each
         flow with an end behind the failed switch to the port taking over."""
         moves, failure, now = self.failure.moves, self.failure, sim.now
+        failure.moved_after_s = now - failure.at_s
         # Both ends move together: an end alone on the other plane of HPN
         # would leave the flow no path (the blackhole) until it timed out.
         ends = failover.FlowEnds(self.net.fabric, moves)
