@@ -48,7 +48,6 @@ def _ocs_reconfig_rows(out, dataplane):
     assert [r["preset"] for r in rows] == ["mems", "lc"]
     for row in rows:
         assert row["measured_blackout_ms"] is not None, row
-        assert row["goodput_before_mbps"] > 0 and row["goodput_after_mbps"] > 0, row
     assert list((run / "captures").glob("*.pcap")), "no capture in the results"
     assert_no_leftovers()
     return rows
@@ -61,13 +60,17 @@ def test_ocs_reconfig_end_to_end(tmp_path, dataplane):
     # during a full suite run (its stalls are what the linux data plane is for).
     # A blackout past the bound is measured once more: the VM itself once
     # stalled the kernel data plane's 10 ms change to 48.5 ms in a CI run
-    # (2026-11-27; 10.3-10.4 ms in four runs after it).  A data plane that is
-    # late every time still fails.
+    # (2026-11-27; 10.3-10.4 ms in four runs after it).  So is a run whose
+    # capture saw no TCP in the second before the first change: once on OVS's
+    # saturated userspace datapath in a CI run (the stream had started 0.8 s
+    # after the clock; the same commit passed the run before).  A data plane
+    # that is late, or carries nothing, every time still fails.
     slack_ms = OVERSHOOT_MS[dataplane]
 
     def within(row):
         return (row["injected_ms"] * 0.5 <= row["measured_blackout_ms"]
-                <= row["injected_ms"] + slack_ms)
+                <= row["injected_ms"] + slack_ms
+                and row["goodput_before_mbps"] > 0 and row["goodput_after_mbps"] > 0)
 
     rows = _ocs_reconfig_rows(tmp_path / "first", dataplane)
     if not all(map(within, rows)):
