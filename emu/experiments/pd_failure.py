@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from emu.experiments import pd_setup
 from emu.experiments.base import Context, Experiment, Network, Outcome
@@ -246,6 +246,17 @@ class ToRFailure:
         self.stranded: List[str] = []
         self._watcher: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._ends = failover.FlowEnds(bed.fabric, moves)   # the model's rule as well
+
+    def resend_ends(self, flow) -> Optional[Tuple[str, str]]:
+        """Where `move_flows` would send ``flow``: (src, dst), or None when it
+        stays (no end behind the ToR, a GPU cut off, or both ends on one NIC).
+        The replay's ``standby``: each such flow's resend finds its server
+        listening, as a transfer engine's listener on the other port is."""
+        if flow.src not in self.moves and flow.dst not in self.moves:
+            return None
+        src, dst = self._ends(flow.src, flow.dst)
+        return None if src is None or dst is None or src == dst else (src, dst)
 
     def __call__(self, replayer) -> None:
         self.at_s = time.time() - replayer.t0
@@ -283,11 +294,10 @@ class ToRFailure:
         is due again at once, the others keep their due times."""
         self.moved_after_s = time.time() - replayer.t0 - self.at_s
         flows = sorted(replayer.flows.items(), key=lambda item: not replayer.started(item[0]))
-        ends = failover.FlowEnds(self.bed.fabric, self.moves)   # the model's rule as well
         for fid, flow in flows:
             if flow.src not in self.moves and flow.dst not in self.moves:
                 continue
-            src, dst = ends(flow.src, flow.dst)
+            src, dst = self._ends(flow.src, flow.dst)
             if src is None or dst is None:
                 self.stranded.append(fid)   # a GPU cut off: the flow will time out
                 continue
@@ -382,7 +392,7 @@ def run(ctx: Context) -> Outcome:
                         bed, planned, serving, s["d_credits"], folder / "failure",
                         progress=ctx.progress(f"{name} #{repeat} failure KV flows"),
                         record_flows=ctx.testbeds.record_flows, events=[(t_fail, event)],
-                        agent_hosts=takeover)
+                        agent_hosts=takeover, standby=event.resend_ends)
                     event.finish()
                     bed.fail_switch(switch, up=True)     # the next repeat starts healthy
                     repeats.append(_repeat_row(name, fabric, switch, moves, event, runs, t_fail,

@@ -82,14 +82,15 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
           work_dir, *, progress: Optional[Callable[[int, int], None]] = None,
           record_flows: Optional[Callable[[list], None]] = None, events=(),
           agent_hosts: Sequence[str] = (), links_dir: Optional[Path] = None,
-          hottest: int = HOTTEST_LINKS) -> Served:
+          hottest: int = HOTTEST_LINKS, standby=None) -> Served:
     """Replay the planned KV flows on the open testbed ``bed`` behind the D credit
     gate (``d_credits`` None: no credits, every stream starts when due).
 
     ``progress(done, total)`` follows the replay; ``record_flows(results)``
     gets the flow results as soon as the replay ends (the testbed series'
-    record for the fidelity check); ``events`` and ``agent_hosts`` go to the
-    `Replayer` (e.g. a switch failure at its time).  With ``links_dir``, every
+    record for the fidelity check); ``events``, ``agent_hosts`` and
+    ``standby`` go to the `Replayer` (e.g. a switch failure at its time, and
+    where the flows it moves would go).  With ``links_dir``, every
     switch port is captured during the replay (`emu.live.capture.FabricCapture`:
     one tcpdump in the root namespace on Open vSwitch, one per switch namespace
     on the kernel data plane) and the per-link load goes to
@@ -110,7 +111,7 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
         gate = fastlane.GateChain(credit_gate, lane_gate)
     replayer = Replayer(bed, dag, settings.link_mbps, work_dir, progress=progress,
                         gate=gate.gate, on_done=gate.done, events=events,
-                        agent_hosts=agent_hosts,
+                        agent_hosts=agent_hosts, standby=standby,
                         on_moved=(lambda old, new: lane_gate.release(old)) if lane_gate else None,
                         window_bytes=window)
     capture = None

@@ -36,6 +36,8 @@ ARM_AHEAD_S = 2.0
 #: a few milliseconds to start, so a pass stays short and a flow already due
 #: waits at most about one pass for its go once its server listens.
 ARM_PER_PASS = 2
+#: A standby's processes run under its resend's id and this (see `Replayer._stand_by`).
+STANDBY_SUFFIX = "~standby"
 
 
 def start_server(bed, host: str, ip: str, port: int, name: str, on_ready) -> subprocess.Popen:
@@ -92,6 +94,9 @@ class Replayer:
     of the testbed's ECMP seed by default; replayers running side by side
     share one), drawn by ``port_key`` + the flow's id, so a flow takes the
     same ECMP path in every replay of one seed (`traffic.ports`).
+    ``standby(flow)`` says where a flow would be resent if it had to move,
+    ``(src, dst)``, or None: each such flow's resend gets its server
+    listening on that source before the clock starts (see `_stand_by`).
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
@@ -102,7 +107,8 @@ class Replayer:
                  agent_hosts: Sequence[str] = (),
                  on_moved: Optional[Callable[[str, str], None]] = None,
                  window_bytes: int = 0, ports: Optional[PortBook] = None,
-                 port_key: str = "", agents: Optional[AgentPool] = None):
+                 port_key: str = "", agents: Optional[AgentPool] = None,
+                 standby: Optional[Callable[[Flow], Optional[Tuple[str, str]]]] = None):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -114,6 +120,7 @@ class Replayer:
         self.agent_hosts = tuple(agent_hosts)
         self.on_moved = on_moved
         self.window_bytes = window_bytes
+        self.standby = standby
         self.t0 = 0.0
         self.finished_at: Optional[float] = None    # when the last flow ended
         self._prepared = self._closed = False
@@ -126,6 +133,14 @@ class Replayer:
         self._order: List[str] = []
         self._agents: Dict[str, HostAgent] = {}
         self._servers: Dict[str, subprocess.Popen] = {}
+        # A first move's id (<fid>~m1) -> the hosts its standby processes wait
+        # on.  They run under an id of their own (<fid>~m1~standby), so that
+        # one dropped never shares an id with the flow's own processes; the
+        # resend that takes them over speaks to its agent with that id.
+        self._standby: Dict[str, Tuple[str, str]] = {}
+        self._process_id: Dict[str, str] = {}    # flow -> its standby processes' id
+        self._flow_of: Dict[str, str] = {}       # and back
+        self._dropped: set = set()      # standbys cancelled: their "done" is no flow's
         self._events: "queue.Queue" = queue.Queue()
         self._pool = agents.view(self._events) if agents is not None else None
         self._armed: set = set()
@@ -183,12 +198,12 @@ class Replayer:
             return None
         return max(self.results[d].end for d in flow.after) + flow.at_s - ARM_AHEAD_S
 
-    def _arm(self, fid: str) -> None:
-        flow = self.flows[fid]
-        if fid not in self._port_of:
-            self._take_ports(fid)       # a flow moved to other hosts
-        port, cport = self._port_of[fid]
+    def _start_processes(self, flow: Flow, fid: str) -> None:
+        """The flow's one-off server on its source and its client, forked by
+        its destination's agent to wait for its go, under the id ``fid``;
+        the flow's ports taken already."""
         events = self._events
+        port, cport = self._port_of[flow.id]
         self._servers[fid] = start_server(
             self.bed, flow.src, self._ip(flow.src), port, fid,
             lambda: events.put({"event": "listening", "id": fid}))
@@ -197,7 +212,49 @@ class Replayer:
                           congestion=self.bed.congestion, window_bytes=self.window_bytes)
         self._agent(flow.dst).send({"op": "arm", "id": fid, "spec": asdict(spec),
                                     "path": str(self.work_dir / f"{fid}.json")})
+
+    def _stand_by(self) -> None:
+        """Arm every flow's resend that ``standby`` names hosts for, before the
+        clock starts: its server listening on the new source and its client
+        waiting on the new destination, with the id and ports `move` gives a
+        first move (``<fid>~m1``; ports taken after every planned flow's, so
+        that those stay the same).
+
+        Arming a resend mid-stream, with both cores busy, took the replay
+        loop 3-10 ms a flow (the flows moved together waiting for one
+        another's), its server 1-10 ms more to listen and the destination's
+        agent a fork: resends started 20-70 ms after their cancellation, where
+        a transfer engine whose other NIC port is up already reconnects in
+        about a round trip.  A standby left unused is cancelled by `close`.
+        """
+        for fid in self._order:
+            flow = self.flows[fid]
+            ends = self.standby(flow)
+            if ends is None:
+                continue
+            resend = dataclasses.replace(flow, id=f"{fid}~m1", src=ends[0], dst=ends[1])
+            key = self.port_key + resend.id
+            self._port_of[resend.id] = (self.ports.server(resend.src, key),
+                                        self.ports.client(resend.dst, key))
+            self._standby[resend.id] = ends
+            self._start_processes(resend, resend.id + STANDBY_SUFFIX)
+
+    def _arm(self, fid: str) -> None:
+        if self._standby.pop(fid, None) is not None:    # armed already: take it over
+            process_id = fid + STANDBY_SUFFIX
+            self._process_id[fid], self._flow_of[process_id] = process_id, fid
+            self._servers[fid] = self._servers.pop(process_id)
+            if process_id in self._listening:
+                self._listening.add(fid)
+        else:
+            if fid not in self._port_of:
+                self._take_ports(fid)       # a flow moved to other hosts
+            self._start_processes(self.flows[fid], fid)
         self._armed.add(fid)
+
+    def _send(self, host: str, op: str, fid: str) -> None:
+        """Tell ``host``'s agent to ``op`` (go, cancel) flow ``fid``'s client."""
+        self._agents[host].send({"op": op, "id": self._process_id.get(fid, fid)})
 
     def post(self, callback: Callable[["Replayer"], None]) -> None:
         """Run ``callback(replayer)`` in the replay loop, soon; callable from any
@@ -232,7 +289,7 @@ class Replayer:
             self._port_of.pop(fid, None)    # its ports were taken on the old hosts
             return fid
         now = time.time()
-        self._agents[flow.dst].send({"op": "cancel", "id": fid})
+        self._send(flow.dst, "cancel", fid)
         # Ending the old flow's server and connections takes a process each and
         # no flow waits for it: a chore, for when the loop has time.
         server = self._servers.pop(fid, None)
@@ -242,6 +299,8 @@ class Replayer:
             self._abort_connections(flow)
         count = sum(1 for other in self.flows if other.startswith(fid + "~m")) + 1
         new_id = f"{fid}~m{count}"
+        if self._standby.get(new_id, (src, dst)) != (src, dst):
+            self._drop_standby(new_id)      # it moves elsewhere: a server of its own
         result = self.results[fid]
         result.status, result.error = "moved", f"moved to {src}->{dst} as {new_id}"
         result.start, result.end = self._fired.get(fid, now), now
@@ -263,6 +322,16 @@ class Replayer:
             # Due now: its server starts while the callback moves other flows.
             self._arm(new_id)
         return new_id
+
+    def _drop_standby(self, fid: str) -> None:
+        """Cancel a standby's processes (its ports stay taken: nothing needs them)."""
+        _, dst = self._standby.pop(fid)
+        del self._port_of[fid]
+        process_id = fid + STANDBY_SUFFIX
+        self._dropped.add(process_id)
+        self._agents[dst].send({"op": "cancel", "id": process_id})
+        server = self._servers.pop(process_id)
+        self._chores.append(lambda: reap(server, grace_s=1.0))
 
     def _abort_connections(self, flow: Flow) -> None:
         """Destroy a cancelled flow's TCP connections at both ends (``ss -K``,
@@ -314,6 +383,8 @@ class Replayer:
             for agent in self._agents.values():
                 if not agent.ready.wait(AGENT_START_TIMEOUT_S):
                     raise RuntimeError(f"host agent on {agent.host} did not start")
+            if self.standby is not None:
+                self._stand_by()
             self._arm_first_wave()
         except BaseException:
             self.close()
@@ -327,14 +398,20 @@ class Replayer:
         self._closed = True
         while self._chores:
             self._chores.popleft()()
+        for fid, (_, dst) in self._standby.items():     # unused: a pool's agent goes on
+            try:
+                self._agents[dst].send({"op": "cancel", "id": fid + STANDBY_SUFFIX})
+            except OSError:
+                pass                # the agent is gone, and its waiting clients with it
         for agent in self._agents.values():
             agent.stop()            # a pool's agents go on
         if self._pool is not None:
             self._pool.release()
-        for server in self._servers.values():
-            reap(server)
-        for abort in self._aborts:
-            reap(abort)
+        for proc in list(self._servers.values()) + self._aborts:
+            if proc.poll() is None:
+                proc.terminate()        # all at once: dozens of standbys may be left
+        for proc in list(self._servers.values()) + self._aborts:
+            reap(proc)
 
     def run(self) -> List[FlowResult]:
         self.prepare()
@@ -371,7 +448,7 @@ class Replayer:
                     if fid not in self._admitted and (self.gate is None or self.gate(flow)):
                         self._admitted.add(fid)
                     if fid in self._admitted and fid in self._listening:
-                        self._agents[flow.dst].send({"op": "go", "id": fid})
+                        self._send(flow.dst, "go", fid)
                         fired[fid] = now
                 # Arm the next wave.  After the go messages: starting servers
                 # takes milliseconds each, which a flow whose dependencies just
@@ -410,7 +487,7 @@ class Replayer:
                     event = None
                 while event is not None:
                     if event["event"] == "listening":
-                        self._listening.add(event["id"])
+                        self._listening.add(self._flow_of.get(event["id"], event["id"]))
                     else:
                         self._on_event(event, results, done)
                     try:
@@ -434,7 +511,8 @@ class Replayer:
 
     def _arm_first_wave(self) -> None:
         """Arm the flows the replay's first ``ARM_AHEAD_S`` hold and wait until
-        every one has its server listening and its client forked.
+        every one has its server listening and its client forked (and every
+        standby server listens).
 
         The clock starts after that.  Dozens of helper processes starting
         together took 0.05-0.2 s here, varying from one replay to the next;
@@ -447,7 +525,8 @@ class Replayer:
                  if not self.flows[fid].after and self.flows[fid].at_s < ARM_AHEAD_S]
         for fid in first:
             self._arm(fid)
-        waiting_servers, waiting_clients = set(first), set(first)
+        waiting_servers = set(first) | {fid + STANDBY_SUFFIX for fid in self._standby}
+        waiting_clients = set(waiting_servers)
         deadline = time.time() + AGENT_START_TIMEOUT_S
         while waiting_servers or waiting_clients:
             try:
@@ -471,7 +550,9 @@ class Replayer:
         elif kind == "armed":
             state.record_pid(event["pid"], f"iperf3 client {event['id']}")
         elif kind == "done":
-            fid = event["id"]
+            if event["id"] in self._dropped:
+                return  # a standby's client, cancelled
+            fid = self._flow_of.get(event["id"], event["id"])
             if fid in self._moved:
                 return  # the cancelled client of a moved flow: its result is "moved"
             if "result" in event:

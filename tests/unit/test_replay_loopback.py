@@ -172,6 +172,52 @@ def test_a_move_keeps_an_armed_flows_due_time_and_resends_a_running_one_now(tmp_
     assert list(results)[:4] == ["slow", "slow~m1", "due", "due~m1"], \
         "a replacement sits beside the flow it replaces"
 
+def test_a_resend_on_standby_starts_from_processes_armed_before_the_clock(tmp_path):
+    """`standby`: each named resend's server listens and its client waits from
+    before the clock; a move to those hosts starts no process, a move
+    elsewhere drops the standby for processes of its own, and unused ones go."""
+    bed = LoopbackBed(["a", "a2", "a3", "b", "c"])
+    seen = {}
+
+    def fail_a(replayer):
+        seen["started before"] = len(bed.started)
+        seen["moved"] = (replayer.move("slow", src="a2"), replayer.move("other", src="a3"))
+        seen["servers in the callback"] = [host for host, args in
+                                           bed.started[seen["started before"]:]
+                                           if "--server" in args]
+
+    dag = FlowDag([Flow("slow", "a", "b", 2_000_000, rate_mbps=16.0),
+                   Flow("other", "a", "c", 2_000_000, rate_mbps=16.0),
+                   Flow("later", "a", "c", 20_000, at_s=3.0)])
+    replayer = Replayer(bed, dag, 1000.0, tmp_path / "flows", events=[(0.4, fail_a)],
+                        agent_hosts=["a2", "a3"],
+                        standby=lambda flow: ("a2", flow.dst) if flow.src == "a" else None)
+    replayer.prepare()
+    standbys = {fid: replayer._servers[fid + replay.STANDBY_SUFFIX]
+                for fid in ("slow~m1", "other~m1", "later~m1")}
+    assert {fid + replay.STANDBY_SUFFIX for fid in standbys} <= replayer._listening, \
+        "standby servers listen before the clock"
+    results = {r.id: r for r in replayer.run()}
+    assert seen["moved"] == ("slow~m1", "other~m1")
+    assert seen["servers in the callback"] == ["a3"], \
+        "a resend on standby starts no server; one moved elsewhere does"
+    assert results["slow~m1"].status == "ok" and results["slow~m1"].src == "a2"
+    assert results["slow~m1"].bytes_received >= 2_000_000
+    # Its ports were taken after every planned flow's, for the id a first move gives.
+    book = PortBook(bed.ecmp_seed)
+    for flow in dag.topological_order():
+        book.server(flow.src, flow.id), book.client(flow.dst, flow.id)
+    assert (results["slow~m1"].sport, results["slow~m1"].dport) == \
+        (book.server("a2", "slow~m1"), book.client("b", "slow~m1"))
+    assert results["other~m1"].status == "ok" and results["other~m1"].src == "a3", \
+        "a move elsewhere than the standby's hosts gets processes of its own"
+    assert results["later"].status == "ok" and results["later"].src == "a", "not moved"
+    assert set(results) == {"slow", "slow~m1", "other", "other~m1", "later"}, \
+        "a standby left unused or dropped is no flow of the replay"
+    assert all(server.poll() is not None for server in standbys.values())
+    assert all(agent.proc.poll() is not None for agent in replayer._agents.values())
+
+
 def test_a_flow_after_a_pause_is_armed_only_when_near_due(tmp_path, monkeypatch):
     """The next step of a collective is armed while its predecessor runs; the
     next phase, after a pause, only once the flows it follows have ended and
