@@ -19,7 +19,8 @@ are the mean over the repeats, the spread of the headline one is kept):
    over (`traffic.failover`): the GPU's other port on ZCube (other layer)
    and HPN (other plane), a server mate's NIC over NVLink on ROFT.  A flow
    already running is cancelled and sent again in full from the new port,
-   as a transfer restarted on another port would be; flows not started yet
+   as a transfer restarted on another port would be (its processes armed
+   before the stream began, so it starts at once); flows not started yet
    simply start there.
 
 The ToR is the busiest one of the plan (``failed_switch = "auto"``: the

@@ -95,8 +95,8 @@ class Replayer:
     share one), drawn by ``port_key`` + the flow's id, so a flow takes the
     same ECMP path in every replay of one seed (`traffic.ports`).
     ``standby(flow)`` says where a flow would be resent if it had to move,
-    ``(src, dst)``, or None: each such flow's resend gets its server
-    listening on that source before the clock starts (see `_stand_by`).
+    ``(src, dst)``, or None: each such flow's resend has its server
+    listening and its client waiting before the clock starts (`_stand_by`).
     """
 
     def __init__(self, bed, dag: FlowDag, expected_mbps: float, work_dir: Path,
@@ -511,8 +511,8 @@ class Replayer:
 
     def _arm_first_wave(self) -> None:
         """Arm the flows the replay's first ``ARM_AHEAD_S`` hold and wait until
-        every one has its server listening and its client forked (and every
-        standby server listens).
+        every one has its server listening and its client forked, and every
+        standby (`_stand_by`) too.
 
         The clock starts after that.  Dozens of helper processes starting
         together took 0.05-0.2 s here, varying from one replay to the next;

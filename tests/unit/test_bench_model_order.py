@@ -133,3 +133,17 @@ def test_the_what_if_remodels_one_fabric_with_the_constants_given_and_keeps_the_
     assert slower > as_calibrated + 0.5
     assert calibration.DATA.read_text() == frozen
     assert len(list((tmp_path / "runs").iterdir())) == 2, "one modelled run each, kept"
+
+
+def test_each_streams_throughput_after_the_failure_is_the_mean_of_its_repeats(bench):
+    def window(repeat, run, when, rps):
+        return {"fabric": "roft", "repeat": repeat, "run": run, "window": when,
+                "throughput_emu_rps": rps}
+
+    result = {"metrics": {"windows": [
+        window(1, "healthy", "after", 10.0), window(2, "healthy", "after", 9.0),
+        window(1, "healthy", "before", 99.0), window(1, "failure", "after", 8.0),
+        window(2, "failure", "after", 7.0), {**window(1, "healthy", "after", 1.0),
+                                             "fabric": "zcube"}]}}
+    assert bench.stream_throughputs(result, "roft") == {"healthy": 9.5, "failure": 7.5}
+    assert bench.stream_throughputs(result, "hpn") == {"healthy": None, "failure": None}

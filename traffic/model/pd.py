@@ -87,8 +87,8 @@ class ReplayConstants:
     is the time from a flow's admission to its release in the model (the
     replayer's go message and the client's start); ``notice_s`` the control
     plane's notice of a failure (`Calibration.notice_s`); ``resend_s`` how long
-    after a running flow is cancelled its resend is due (the replayer starts
-    its processes anew, `Calibration.resend_s`); ``arm_ahead_s`` and
+    after a running flow is cancelled its resend goes, beyond ``go_s``
+    (`Calibration.resend_s`); ``arm_ahead_s`` and
     ``timeout_s`` the replayer's constants.
     """
 
