@@ -253,7 +253,8 @@ class ToRFailure:
         """Where `move_flows` would send ``flow``: (src, dst), or None when it
         stays (no end behind the ToR, a GPU cut off, or both ends on one NIC).
         The replay's ``standby``: each such flow's resend finds its server
-        listening, as a transfer engine's listener on the other port is."""
+        listening and its client waiting, as a transfer engine on the other
+        port would be ready."""
         if flow.src not in self.moves and flow.dst not in self.moves:
             return None
         src, dst = self._ends(flow.src, flow.dst)
