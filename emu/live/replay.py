@@ -138,9 +138,7 @@ class Replayer:
         # one dropped never shares an id with the flow's own processes; the
         # resend that takes them over speaks to its agent with that id.
         self._standby: Dict[str, Tuple[str, str]] = {}
-        self._process_id: Dict[str, str] = {}    # flow -> its standby processes' id
-        self._flow_of: Dict[str, str] = {}       # and back
-        self._dropped: set = set()      # standbys cancelled: their "done" is no flow's
+        self._took_standby: set = set()     # resends running on their standby's processes
         self._events: "queue.Queue" = queue.Queue()
         self._pool = agents.view(self._events) if agents is not None else None
         self._armed: set = set()
@@ -237,12 +235,12 @@ class Replayer:
             self._port_of[resend.id] = (self.ports.server(resend.src, key),
                                         self.ports.client(resend.dst, key))
             self._standby[resend.id] = ends
-            self._start_processes(resend, resend.id + STANDBY_SUFFIX)
+            self._start_processes(resend, self._process_id(resend.id, standby=True))
 
     def _arm(self, fid: str) -> None:
         if self._standby.pop(fid, None) is not None:    # armed already: take it over
-            process_id = fid + STANDBY_SUFFIX
-            self._process_id[fid], self._flow_of[process_id] = process_id, fid
+            self._took_standby.add(fid)
+            process_id = self._process_id(fid)
             self._servers[fid] = self._servers.pop(process_id)
             if process_id in self._listening:
                 self._listening.add(fid)
@@ -252,9 +250,21 @@ class Replayer:
             self._start_processes(self.flows[fid], fid)
         self._armed.add(fid)
 
+    def _process_id(self, fid: str, standby: bool = False) -> str:
+        """The id flow ``fid``'s processes run under (its standby's, if it took one)."""
+        return fid + STANDBY_SUFFIX if standby or fid in self._took_standby else fid
+
+    def _flow_id(self, process_id: str) -> Optional[str]:
+        """The flow whose processes run under ``process_id``; None for a
+        standby no flow took over (one cancelled, or not needed yet)."""
+        if not process_id.endswith(STANDBY_SUFFIX):
+            return process_id
+        fid = process_id[:-len(STANDBY_SUFFIX)]
+        return fid if fid in self._took_standby else None
+
     def _send(self, host: str, op: str, fid: str) -> None:
         """Tell ``host``'s agent to ``op`` (go, cancel) flow ``fid``'s client."""
-        self._agents[host].send({"op": op, "id": self._process_id.get(fid, fid)})
+        self._agents[host].send({"op": op, "id": self._process_id(fid)})
 
     def post(self, callback: Callable[["Replayer"], None]) -> None:
         """Run ``callback(replayer)`` in the replay loop, soon; callable from any
@@ -327,8 +337,7 @@ class Replayer:
         """Cancel a standby's processes (its ports stay taken: nothing needs them)."""
         _, dst = self._standby.pop(fid)
         del self._port_of[fid]
-        process_id = fid + STANDBY_SUFFIX
-        self._dropped.add(process_id)
+        process_id = self._process_id(fid, standby=True)
         self._agents[dst].send({"op": "cancel", "id": process_id})
         server = self._servers.pop(process_id)
         self._chores.append(lambda: reap(server, grace_s=1.0))
@@ -400,7 +409,8 @@ class Replayer:
             self._chores.popleft()()
         for fid, (_, dst) in self._standby.items():     # unused: a pool's agent goes on
             try:
-                self._agents[dst].send({"op": "cancel", "id": fid + STANDBY_SUFFIX})
+                self._agents[dst].send({"op": "cancel",
+                                        "id": self._process_id(fid, standby=True)})
             except OSError:
                 pass                # the agent is gone, and its waiting clients with it
         for agent in self._agents.values():
@@ -487,7 +497,7 @@ class Replayer:
                     event = None
                 while event is not None:
                     if event["event"] == "listening":
-                        self._listening.add(self._flow_of.get(event["id"], event["id"]))
+                        self._listening.add(self._flow_id(event["id"]) or event["id"])
                     else:
                         self._on_event(event, results, done)
                     try:
@@ -525,7 +535,8 @@ class Replayer:
                  if not self.flows[fid].after and self.flows[fid].at_s < ARM_AHEAD_S]
         for fid in first:
             self._arm(fid)
-        waiting_servers = set(first) | {fid + STANDBY_SUFFIX for fid in self._standby}
+        waiting_servers = set(first) | {self._process_id(fid, standby=True)
+                                        for fid in self._standby}
         waiting_clients = set(waiting_servers)
         deadline = time.time() + AGENT_START_TIMEOUT_S
         while waiting_servers or waiting_clients:
@@ -550,9 +561,9 @@ class Replayer:
         elif kind == "armed":
             state.record_pid(event["pid"], f"iperf3 client {event['id']}")
         elif kind == "done":
-            if event["id"] in self._dropped:
+            fid = self._flow_id(event["id"])
+            if fid is None:
                 return  # a standby's client, cancelled
-            fid = self._flow_of.get(event["id"], event["id"])
             if fid in self._moved:
                 return  # the cancelled client of a moved flow: its result is "moved"
             if "result" in event:
