@@ -126,6 +126,28 @@ class FlowEnds:
             return self._nearest(src, new_dst), new_dst       # the source does
         return new_src, new_dst
 
+    def touches(self, src: str, dst: str) -> bool:
+        """Whether an end of a flow from ``src`` to ``dst`` is behind the failed switch."""
+        return src in self.moves or dst in self.moves
+
+    def cut_off(self, src: str, dst: str) -> bool:
+        """Whether an end of the flow is behind the failed switch with no port
+        left to take it: the flow cannot move, and times out."""
+        return self.touches(src, dst) and None in self(src, dst)
+
+    def resend(self, src: str, dst: str) -> Optional[Tuple[str, str]]:
+        """The two ports a flow is sent between once the switch failed, or None
+        when it stays where it is: no end behind the switch, an end cut off,
+        or both ends now on one NIC (no longer a network flow).  The
+        testbed's failure event, the standby it arms ahead and the model's
+        failure all ask this."""
+        if not self.touches(src, dst):
+            return None
+        new_src, new_dst = self(src, dst)
+        if new_src is None or new_dst is None or new_src == new_dst:
+            return None
+        return new_src, new_dst
+
     def _nearest(self, host: str, to: str) -> Optional[str]:
         """The port for ``host``'s end of a flow whose other end moved to ``to``."""
         if host not in self._stand_ins:

@@ -255,10 +255,7 @@ class ToRFailure:
         The replay's ``standby``: each such flow's resend finds its server
         listening and its client waiting, as a transfer engine on the other
         port would be ready."""
-        if flow.src not in self.moves and flow.dst not in self.moves:
-            return None
-        src, dst = self._ends(flow.src, flow.dst)
-        return None if src is None or dst is None or src == dst else (src, dst)
+        return self._ends.resend(flow.src, flow.dst)
 
     def __call__(self, replayer) -> None:
         self.at_s = time.time() - replayer.t0
@@ -297,16 +294,13 @@ class ToRFailure:
         self.moved_after_s = time.time() - replayer.t0 - self.at_s
         flows = sorted(replayer.flows.items(), key=lambda item: not replayer.started(item[0]))
         for fid, flow in flows:
-            if flow.src not in self.moves and flow.dst not in self.moves:
-                continue
-            src, dst = self._ends(flow.src, flow.dst)
-            if src is None or dst is None:
-                self.stranded.append(fid)   # a GPU cut off: the flow will time out
-                continue
-            if src == dst:
-                continue                    # both ends now on one NIC: not a network flow
+            ends = self._ends.resend(flow.src, flow.dst)
+            if ends is None:
+                if self._ends.cut_off(flow.src, flow.dst):
+                    self.stranded.append(fid)   # a GPU cut off: the flow will time out
+                continue                        # untouched, or both ends now on one NIC
             started = replayer.started(fid)
-            new_id = replayer.move(fid, src, dst)
+            new_id = replayer.move(fid, *ends)
             if new_id is None:
                 continue                    # it had ended
             if started:

@@ -147,3 +147,17 @@ def test_each_streams_throughput_after_the_failure_is_the_mean_of_its_repeats(be
                                              "fabric": "zcube"}]}}
     assert bench.stream_throughputs(result, "roft") == {"healthy": 9.5, "failure": 7.5}
     assert bench.stream_throughputs(result, "hpn") == {"healthy": None, "failure": None}
+
+
+def test_the_validation_runs_as_many_pd_failure_repeats_as_the_scenario_takes(bench):
+    # More repeats than the scenario's default, for the resolution; a number the
+    # scenario refuses would stop the validation after a quarter of an hour.
+    from emu import scenario as scenarios
+    from emu.experiments import pd_failure
+
+    default = pd_failure.FIELDS["repeats"].default
+    assert bench.PD_FAILURE_REPEATS > default
+    loaded = scenarios.load("pd-failure", [f"pd-failure.repeats={bench.PD_FAILURE_REPEATS}"])
+    assert loaded.config["pd-failure"]["repeats"] == bench.PD_FAILURE_REPEATS
+    with pytest.raises(ValueError, match="repeats"):
+        scenarios.load("pd-failure", [f"pd-failure.repeats={bench.PD_FAILURE_REPEATS + 1}"])

@@ -113,3 +113,29 @@ def test_busiest_tor_counts_both_ends():
         counts[s[src]] = counts.get(s[src], 0) + size
         counts[s[dst]] = counts.get(s[dst], 0) + size
     assert failover.busiest_tor(fabric, flows) == max(sorted(counts), key=counts.get)
+
+
+def test_flow_ends_say_which_flows_move_and_which_stay():
+    """What a failure does to a flow, asked by the testbed's event, its standby
+    and the model alike: untouched, moved, cut off or now on one NIC."""
+    fabric = registry.build("hpn,gpus=64,gpus_per_server=2,radix=8")
+    nodes = fabric.graph.nodes
+    port = {(nodes[h]["gpu"], nodes[h]["nic_port"]): h for h in fabric.hosts}
+    tor = failover.host_switch(fabric, port[0, 0])
+    moves = failover.failover_map(fabric, [tor])
+    ends = failover.FlowEnds(fabric, moves)
+    assert not ends.touches(port[0, 1], port[62, 1])
+    assert ends.resend(port[0, 1], port[62, 1]) is None, "plane 1: it stays"
+    assert not ends.cut_off(port[0, 1], port[62, 1])
+    assert ends.touches(port[0, 0], port[62, 0])
+    assert ends.resend(port[0, 0], port[62, 0]) == (port[0, 1], port[62, 1])
+    assert not ends.cut_off(port[0, 0], port[62, 0])
+    # GPU 0's other port also gone: its flows are cut off, and stay.
+    cut = failover.FlowEnds(fabric, dict(moves, **{port[0, 0]: None}))
+    assert cut.cut_off(port[0, 0], port[62, 0]) and cut.resend(port[0, 0], port[62, 0]) is None
+    # A flow between a GPU's two ports: once one fails over onto the other,
+    # both ends are one NIC.
+    same = failover.FlowEnds(fabric, {port[0, 0]: port[0, 1]})
+    assert same(port[0, 0], port[0, 1]) == (port[0, 1], port[0, 1])
+    assert same.resend(port[0, 0], port[0, 1]) is None
+    assert not same.cut_off(port[0, 0], port[0, 1])

@@ -397,21 +397,21 @@ class _Run:
         # would leave the flow no path (the blackhole) until it timed out.
         ends = failover.FlowEnds(self.net.fabric, moves)
         affected = [fid for fid, f in self.flows.items()
-                    if fid not in self.done and (f.src in moves or f.dst in moves)]
+                    if fid not in self.done and ends.touches(f.src, f.dst)]
         affected.sort(key=lambda fid: fid not in self.fired)          # stable
         again: List[str] = []
         for fid in affected:
             flow = self.flows[fid]
-            src, dst = ends(flow.src, flow.dst)
-            if src is None or dst is None or src == dst:
-                if src is None or dst is None:
+            new_ends = ends.resend(flow.src, flow.dst)
+            if new_ends is None:
+                if ends.cut_off(flow.src, flow.dst):
                     failure.stranded.append(fid)
                 self.doomed.add(fid)       # it stays behind the dead switch: it times out
                 if fid in self.fired:
                     self._time_out_later(fid)
                 continue
             started = fid in self.fired
-            new_id = self._move(fid, src, dst, now)
+            new_id = self._move(fid, *new_ends, now)
             if started:
                 failure.moved.append(fid)
             else:
