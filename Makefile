@@ -8,21 +8,25 @@ PYTHON := $(VENV)/bin/python
 SCENARIO ?= ocs-reconfig
 ARGS ?=
 
-.PHONY: setup run test unit integration bench bench-model clean
+.PHONY: setup setup-tests run test unit integration bench bench-model clean
 
 setup:
 	./bootstrap.sh
 
+# The tests also need chromium and its driver (the web view's browser tests).
+setup-tests:
+	./bootstrap.sh --with-browser
+
 run: setup
 	$(PYTHON) -m emu.run $(SCENARIO) $(ARGS)
 
-test: setup
+test: setup-tests
 	$(PYTHON) -m pytest tests -v
 
 unit: setup
 	$(PYTHON) -m pytest tests/unit -q
 
-integration: setup
+integration: setup-tests
 	$(PYTHON) -m pytest tests/integration -v
 
 bench: setup

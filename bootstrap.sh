@@ -17,6 +17,11 @@ fi
 
 apt_packages=(openvswitch-switch mininet iperf3 libiperf0 tcpdump iputils-ping
               ethtool iproute2 procps bridge-utils python3-venv python3-simgrid)
+# The web view's browser tests need a browser and its driver; `make test`
+# asks for them (--with-browser), `make run` does not.
+if [ "${1:-}" = "--with-browser" ]; then
+    apt_packages+=(chromium chromium-driver)
+fi
 
 missing=()
 for pkg in "${apt_packages[@]}"; do

@@ -33,12 +33,24 @@ Steps, each confirmed by the applier (OpenFlow: barriers) before the next begins
 (`controllers.intents`), has an applier carry them out and returns once every
 touched switch confirmed.  Timestamps are epoch seconds so that they can be
 laid over packet captures.
+
+``on_step(step, fields)`` hears the sequence as it runs, for whoever shows
+circuits going dark and lighting live (`controllers.service` publishes it)::
+
+    "start"  t, tear, light, keep, delay_ms      before any route moves
+    "dark"   t, dark_until, tear, light          the ports went dark at t
+    "lit"    t, light                            the new circuits carry traffic
+    "done"   t, dark_s, tear, light              routes restored over them
+
+Circuits are sorted ``[port, port]`` lists; ``delay_ms`` is the emulated
+(dilated) delay.  It is called on the reconfiguring thread, inside the timed
+sequence, so it must return at once and never raise.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Tuple
+from typing import Callable, Iterable, List, Optional, Tuple
 
 from controllers.eps_core import EpsCore
 from controllers.intents import Batch
@@ -48,15 +60,23 @@ Window = Tuple[float, float]
 # Carries a batch out; returns when the data plane took it, if it knows that
 # more tightly than the call's own span (else None).
 Apply = Callable[[Batch], Optional[Window]]
+# Hears each step of the sequence: (step name, its fields).
+OnStep = Callable[[str, dict], None]
 
 
 def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
                 clock: Callable[[], float] = time.time,
                 wait_until: Optional[Callable[[float], None]] = None,
-                sync: Optional[Callable[[], None]] = None, light_lead_s: float = 0.0) -> dict:
+                sync: Optional[Callable[[], None]] = None, light_lead_s: float = 0.0,
+                on_step: Optional[OnStep] = None) -> dict:
     wait_until = wait_until or _wait_until
     sync = sync or (lambda: None)
+    on_step = on_step or (lambda step, fields: None)
     stamps = {"start": clock()}
+    # Listed once, off the timed part of the sequence.
+    tear, light = _pairs(plan.tear), _pairs(plan.light)
+    on_step("start", {"t": stamps["start"], "tear": tear, "light": light,
+                      "keep": _pairs(plan.keep), "delay_ms": plan.delay_emulated_s * 1000.0})
 
     interim = dict(eps.fabric.circuits)
     interim[ocs.name] = set(plan.keep)
@@ -81,6 +101,8 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
 
     lead = min(max(light_lead_s, 0.0), plan.delay_emulated_s)
     dark_from = _middle(tear_taken or (stamps["tear_sent"], stamps["torn"]))
+    on_step("dark", {"t": dark_from, "dark_until": dark_from + plan.delay_emulated_s,
+                     "tear": tear, "light": light})
     wait_until(dark_from + plan.delay_emulated_s - lead)
     stamps["dark_end"] = clock()
 
@@ -89,13 +111,22 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
         light_taken = apply({ocs.name: ocs.light(plan)})
         sync()
     stamps["lit"] = clock()
+    on_step("lit", {"t": stamps["lit"], "light": light})
     ocs.commit(plan)
 
     apply(eps.reroute())
     stamps["routes_restored"] = clock()
+    dark_s = _middle(light_taken or (stamps["dark_end"], stamps["lit"])) - dark_from
+    on_step("done", {"t": stamps["routes_restored"], "dark_s": dark_s, "tear": tear,
+                     "light": light})
     return {"plan": plan.to_dict(), "timestamps": stamps, "dark_from": dark_from,
             "light_lead_s": lead, "light_latency_s": stamps["lit"] - stamps["dark_end"],
-            "dark_s": _middle(light_taken or (stamps["dark_end"], stamps["lit"])) - dark_from}
+            "dark_s": dark_s}
+
+
+def _pairs(circuits: Iterable[Tuple[int, int]]) -> List[List[int]]:
+    """Circuits as sorted ``[port, port]`` lists: what JSON carries."""
+    return [[int(a), int(b)] for a, b in sorted(circuits)]
 
 
 def _middle(window: Window) -> float:

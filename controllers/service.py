@@ -18,6 +18,17 @@ data plane and returns once the switches confirmed it.  An applier provides::
 `controllers.openflow.applier.OpenFlowApplier` is the Open vSwitch one.  The
 service never imports os-ken, so unit tests run it over a recording applier
 or over fake OpenFlow datapaths.
+
+What the service does is also published as it happens (``events``, a
+`controllers.eventhub.EventHub`; the ``watch`` op streams it), every event
+with its ``kind`` and epoch time ``t``::
+
+    {"kind": "circuit", "ocs", "step", "technology", "t", ...}   each step of a
+        reconfiguration (`controllers.reconfig`): "start" (tear, light, keep,
+        delay_ms), "dark" (dark_until, tear, light), "lit" (light), "done"
+        (dark_s, tear, light), or "failed" (error) if it raised
+    {"kind": "link", "a", "b", "up", "t"}     a link changed, its reroute applied
+    {"kind": "preset", "ocs", "technology", "delay_ms", "t"}   (delay_ms emulated)
 """
 
 from __future__ import annotations
@@ -25,9 +36,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Dict, FrozenSet, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
+from controllers.control import Watch
 from controllers.eps_core import EpsCore
+from controllers.eventhub import EventHub
 from controllers.intents import Batch, Intent, Reset, merge
 from controllers.ocs_core import TECHNOLOGIES, OcsCore
 from controllers.pins import PinTable
@@ -37,7 +50,7 @@ from topologies.fabric import EPS, HOST, Fabric, FabricError
 LOG = logging.getLogger("fabric.service")
 LEAD_HISTORY = 5
 OPS = ("status", "state", "reconfigure", "preset", "link", "pin", "unpin", "counters",
-       "paths", "technologies")
+       "paths", "technologies", "watch")
 
 
 class Applier(Protocol):
@@ -67,6 +80,7 @@ class FabricService:
         # for its routes.
         self._rerouted_down: List[List[str]] = []
         self._reconfig_lock = threading.Lock()
+        self.events = EventHub()
 
     # ------------------------------------------------------------ switches
     def start(self, switch: str) -> List[Intent]:
@@ -132,8 +146,21 @@ class FabricService:
             if technology is not None:
                 core.set_technology(technology, delay_ms)
             plan = core.plan(circuits, delay_ms)
-            result = reconfigure(self.eps, core, plan, self.apply, sync=self.applier.sync,
-                                 light_lead_s=self.light_lead_s())
+
+            def on_step(step: str, fields: dict) -> None:
+                t = fields.get("t")
+                self.events.publish({"kind": "circuit", "ocs": ocs, "step": step,
+                                     "technology": core.technology,
+                                     "t": time.time() if t is None else t,
+                                     **{k: v for k, v in fields.items() if k != "t"}})
+
+            try:
+                result = reconfigure(self.eps, core, plan, self.apply, sync=self.applier.sync,
+                                     light_lead_s=self.light_lead_s(), on_step=on_step)
+            except Exception as exc:
+                # Whoever shows the circuits dark must learn that no "done" comes.
+                on_step("failed", {"error": f"{type(exc).__name__}: {exc}"})
+                raise
         core.history.append(result)
         LOG.info("%s reconfigured: tear %s light %s dark %.3f ms", ocs, sorted(plan.tear),
                  sorted(plan.light), result["dark_s"] * 1000)
@@ -147,6 +174,8 @@ class FabricService:
 
     def do_preset(self, ocs: str, technology: str, delay_ms: Optional[float] = None) -> dict:
         real_ms = self._ocs(ocs).set_technology(technology, delay_ms)
+        self.events.publish({"kind": "preset", "ocs": ocs, "technology": technology,
+                             "delay_ms": real_ms * self.tdf, "t": time.time()})
         return {"ocs": ocs, "technology": technology, "delay_real_ms": real_ms,
                 "delay_emulated_ms": real_ms * self.tdf}
 
@@ -176,6 +205,9 @@ class FabricService:
         """Set each link up or down, then reroute once for all of them."""
         with self._reconfig_lock:
             started = time.monotonic()
+            # Announced once rerouted: only the links whose state this changes.
+            flipped = [(link, up) for link, up in changes
+                       if (link in self.eps.down_links) == up]
             for link, up in changes:
                 (self.eps.down_links.discard if up else self.eps.down_links.add)(link)
             batch = self.eps.reroute()
@@ -187,6 +219,10 @@ class FabricService:
             planned = time.monotonic()
             self.apply(batch)
             self._rerouted_down = sorted(sorted(link) for link in self.eps.down_links)
+            applied = time.time()
+            for link, up in flipped:
+                a, b = sorted(link)
+                self.events.publish({"kind": "link", "a": a, "b": b, "up": up, "t": applied})
             LOG.info("rerouted for %d link change(s): %d intent(s) on %d switch(es), planned "
                      "in %.1f ms, applied in %.1f ms", len(changes),
                      sum(len(intents) for intents in batch.values()), len(batch),
@@ -254,7 +290,7 @@ class FabricService:
             return None
         return self._change_links(flips)
 
-    def handle(self, request: dict) -> dict:
+    def handle(self, request: dict) -> Union[dict, Watch]:
         op = request.get("op")
         args = {k: v for k, v in request.items() if k != "op"}
         if op == "status":
@@ -277,4 +313,6 @@ class FabricService:
             return self.paths(**args)
         if op == "technologies":
             return {"technologies": {k: vars(t) for k, t in TECHNOLOGIES.items()}}
+        if op == "watch":
+            return Watch(self.events.subscribe)
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")

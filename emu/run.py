@@ -18,13 +18,16 @@ import signal
 import sys
 import time
 import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 from emu import report, results, scenario as scenarios
 from emu.experiments.base import Context, Network, Outcome, build_fabric, scale_for
 from emu.fidelity import assess, fidelity_rows
 from emu.live.dataplane import Choice, DataplaneError, check_congestion, choose
+from emu.live.feed import EVENTS_FILE, RunFeed
 from emu.live.state import AlreadyRunning
 from emu.schema import ScenarioError
 
@@ -43,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cli", action="store_true",
                         help="open the Mininet CLI with fabric commands on the scenario's "
                              "fabric instead of running the scenario")
+    parser.add_argument("--web", action="store_true",
+                        help="watch the run in a browser: serves a live page on 127.0.0.1 "
+                             "and prints its address (with its token)")
+    parser.add_argument("--web-port", type=int, default=0, metavar="PORT",
+                        help="the web view's port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--cli-script", metavar="FILE",
                         help="with --cli: run the commands of FILE, then exit")
     return parser
@@ -77,6 +85,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{scenario.where}: ok ({scenario.kind})")
         return 0
     experiment = scenario.experiment
+    if not 0 <= args.web_port <= 65535:
+        print(f"emu.run: --web-port {args.web_port}: must be 0-65535", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.web and not scenario.emulates:
+        print(f"emu.run: {scenario.where}: --web watches an emulated network; this scenario "
+              "builds none (its engine is the model, or it only computes)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.cli and scenario.models:
         print(f"emu.run: {scenario.where}: --cli needs a testbed; testbed.engine is 'model' "
               "(set engine=emulate)", file=sys.stderr)
@@ -96,9 +111,39 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"emu.run: {scenario.where}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         print(f"{scenario.name}: {choice.describe()}; TCP {scenario.config['testbed']['congestion']}")
+    web = WebSetting(args.web, args.web_port)
     if args.cli:
-        return lab(scenario, Path(args.out), args.cli_script)
-    return execute(scenario, Path(args.out))
+        return lab(scenario, Path(args.out), args.cli_script, web)
+    return execute(scenario, Path(args.out), web)
+
+
+@dataclass(frozen=True)
+class WebSetting:
+    on: bool = False
+    port: int = 0
+
+
+@contextmanager
+def watched(run_dir: Path, web: WebSetting) -> Iterator[RunFeed]:
+    """The run's feed (``events.jsonl``), and the web view on it if asked for."""
+    feed = RunFeed(run_dir / EVENTS_FILE)
+    view = unsubscribe = None
+    try:
+        if web.on:
+            from emu.view.server import serve_live
+
+            view, _, unsubscribe = serve_live(feed.subscribe, port=web.port,
+                                              title=f"emu.run {run_dir.name}")
+            print(f"  web view: {view.url}")
+            print(f"    (on this machine only; from another one: ssh -L {view.port}:127.0.0.1:"
+                  f"{view.port} THIS-HOST, then open the same address)", flush=True)
+        yield feed
+    finally:
+        if view is not None:
+            unsubscribe()
+            view.stop()
+            print(f"  web view stopped; replay: python -m emu.view {run_dir}")
+        feed.close()
 
 
 def dataplane_of(scenario) -> Choice:
@@ -110,7 +155,7 @@ def dataplane_of(scenario) -> Choice:
     return choice
 
 
-def lab(scenario, out: Path, script: Optional[str]) -> int:
+def lab(scenario, out: Path, script: Optional[str], web: WebSetting = WebSetting()) -> int:
     """The scenario's fabric with its controller, driven from the CLI."""
     from mininet.log import setLogLevel
 
@@ -122,10 +167,11 @@ def lab(scenario, out: Path, script: Optional[str]) -> int:
     run_dir = results.new_run_dir(out, f"{scenario.name}-cli")
     try:
         settings = scenario.config["testbed"]
-        with Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli",
-                     dataplane=dataplane_of(scenario).dataplane,
-                     congestion=settings["congestion"],
-                     ecmp_seed=settings["ecmp_seed"]) as bed:
+        with watched(run_dir, web) as feed, \
+                Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli",
+                        dataplane=dataplane_of(scenario).dataplane,
+                        congestion=settings["congestion"],
+                        ecmp_seed=settings["ecmp_seed"], feed=feed) as bed:
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"{fabric.name}: {len(fabric.hosts)} hosts; type help, or exit to leave")
             FabricCLI(bed, script=script)
@@ -137,7 +183,7 @@ def lab(scenario, out: Path, script: Optional[str]) -> int:
     return 0
 
 
-def execute(scenario, out: Path) -> int:
+def execute(scenario, out: Path, web: WebSetting = WebSetting()) -> int:
     fabric = build_fabric(scenario)
     scale = None if fabric is None else scale_for(scenario, fabric)
     run_dir = results.new_run_dir(out, scenario.name)
@@ -145,6 +191,10 @@ def execute(scenario, out: Path) -> int:
     result = {"scenario": scenario.name, "description": scenario.description,
               "status": "running", "started": results.now_iso(), "config": scenario.config,
               "warnings": []}
+    if scenario.emulates:
+        # A browser polling the page takes CPU from the run: figures are
+        # compared only between runs that say the same here.
+        result["web_view"] = web.on
     if fabric is not None:
         print(f"  fabric {scenario.config['fabric']['spec']}: {len(fabric.hosts)} hosts, "
               f"{len(fabric.eps_switches)} packet switches, {len(fabric.ocs_switches)} OCS; "
@@ -161,7 +211,13 @@ def execute(scenario, out: Path) -> int:
         if scenario.models:
             outcome = _model(scenario, fabric, scale, run_dir, result)
         elif scenario.experiment.needs_emulation:
-            outcome = _emulate(scenario, fabric, scale, run_dir, result)
+            with watched(run_dir, web) as feed:
+                try:
+                    outcome = _emulate(scenario, fabric, scale, run_dir, result, feed)
+                finally:
+                    for warning in result.get("fidelity", {}).get("warnings", []):
+                        feed.emit("warning", text=warning)
+                    feed.emit("run", status="ended")
         else:
             outcome = scenario.experiment.run(Context(scenario, fabric, scale, run_dir))
         result["status"] = "ok"
@@ -181,7 +237,7 @@ def execute(scenario, out: Path) -> int:
     return code
 
 
-def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
+def _emulate(scenario, fabric, scale, run_dir, result, feed: Optional[RunFeed] = None) -> Outcome:
     """Run an experiment that needs a network.  Its testbeds, the one the runner
     opens here (``Network.ONE``) or those it opens itself (``Network.SERIES``),
     all go through one `TestbedSeries`: lock, CPU sampling, dumps and
@@ -194,7 +250,8 @@ def _emulate(scenario, fabric, scale, run_dir, result) -> Outcome:
     series = TestbedSeries(run_dir, f"emu.run {scenario.name}",
                            dataplane=dataplane_of(scenario).dataplane,
                            congestion=settings["congestion"],
-                           ecmp_seed=settings["ecmp_seed"])
+                           ecmp_seed=settings["ecmp_seed"], feed=feed,
+                           cpu_alarm_pct=scenario.config["fidelity"]["saturation_pct"])
     ctx = Context(scenario, fabric, scale, run_dir, testbeds=series)
     try:
         if experiment.network is Network.SERIES:

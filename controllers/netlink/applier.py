@@ -33,6 +33,10 @@ Every router port carries the one `topologies.naming.ROUTER_MAC`, so the
 neighbour behind a fabric port never depends on which router a circuit leads
 to: a reconfiguration rewrites routes only.  The sockets are anything with
 pyroute2's ``IPRoute`` methods; unit tests give a recording fake.
+
+`counters` is asked for from another control connection (the load sampler,
+twice a second) while `apply` runs, so it reads through a socket of each
+namespace that nothing else uses (`controllers.netlink.linkstats.LinkStats`).
 """
 
 from __future__ import annotations
@@ -87,19 +91,23 @@ class NetlinkApplier:
         self.patches: Dict[str, object] = {}          # OCS -> PatchSocket (fast path)
         self.lookups: Dict[str, object] = {}          # router -> RouteLookup
         self.writers: Dict[str, object] = {}          # router -> RouteWriter (fast path)
+        self.stats: Dict[str, object] = {}            # switch -> LinkStats (counters only)
         self.indexes: Dict[str, Dict[int, int]] = {}  # switch -> port -> ifindex
         self.ready: set = set()
         self.errors: List[str] = []
         self._locks: Dict[str, threading.Lock] = {}
 
     # ------------------------------------------------------------ namespaces
-    def attach(self, switch: str, socket, patch=None, lookup=None, writer=None) -> None:
+    def attach(self, switch: str, socket, patch=None, lookup=None, writer=None,
+               stats=None) -> None:
         """Take the route socket of a switch's namespace and learn its ports; an
         OCS may come with a `controllers.netlink.patch.PatchSocket`, which then
         lights and tears its circuits, and a router with a
         `controllers.netlink.lookup.RouteLookup`, which tells flows' paths, and
         a `controllers.netlink.routes.RouteWriter`, which then writes its
-        destination routes a batch at a time."""
+        destination routes a batch at a time; any switch with a
+        `controllers.netlink.linkstats.LinkStats`, which then reads its
+        counters."""
         if switch not in self.fabric.switches:
             raise NetlinkError(f"{switch!r} is not a switch of {self.fabric.name}")
         ports = {}
@@ -116,6 +124,8 @@ class NetlinkApplier:
             self.lookups[switch] = lookup
         if writer is not None:
             self.writers[switch] = writer
+        if stats is not None:
+            self.stats[switch] = stats
         self.indexes[switch] = ports
         self._locks[switch] = threading.Lock()
 
@@ -378,16 +388,30 @@ class NetlinkApplier:
                 "errors": list(self.errors)}
 
     def counters(self) -> Dict[str, Dict[int, dict]]:
-        """Every attached switch's port counters, from the kernel's link statistics."""
+        """Every attached switch's port counters, from the kernel's link statistics.
+
+        Safe beside `apply` on another thread, and never in its way: it takes
+        none of the switches' locks, and reads each namespace through its stats
+        socket.  A switch attached without one is read through its route
+        socket, whose calls the netlink thread runs one at a time
+        (`controllers.netlink.namespaces.ThreadBoundSocket`).
+        """
         result: Dict[str, Dict[int, dict]] = {}
-        for switch, sock in sorted(self.sockets.items()):
-            by_index = {link["index"]: link.get_attr("IFLA_STATS64") or {}
-                        for link in sock.get_links()}
+        # A copy: `attach` may add a switch meanwhile (its ports come last).
+        for switch, indexes in sorted(list(self.indexes.items())):
+            stats, sock = self.stats.get(switch), self.sockets.get(switch)
+            if stats is not None:
+                by_index = stats.by_index()
+            elif sock is not None:
+                by_index = {link["index"]: link.get_attr("IFLA_STATS64") or {}
+                            for link in sock.get_links()}
+            else:
+                continue            # closed
             result[switch] = {
                 port: {key: int(by_index.get(index, {}).get(key, 0)) for key in (
                     "rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped",
                     "tx_dropped")}
-                for port, index in sorted(self.indexes[switch].items())}
+                for port, index in sorted(indexes.items())}
         return result
 
     def path(self, src: str, dst: str, sport: int, dport: int,
@@ -434,7 +458,8 @@ class NetlinkApplier:
 
     def close(self) -> None:
         for sock in list(self.sockets.values()) + list(self.patches.values()) + \
-                list(self.lookups.values()) + list(self.writers.values()):
+                list(self.lookups.values()) + list(self.writers.values()) + \
+                list(self.stats.values()):
             try:
                 sock.close()
             except Exception:      # closing on the way out: nothing left to protect
@@ -443,4 +468,5 @@ class NetlinkApplier:
         self.patches.clear()
         self.lookups.clear()
         self.writers.clear()
+        self.stats.clear()
 

@@ -6,11 +6,12 @@ channel with each switch's namespace (the pid of the Mininet node's shell)::
 
     {"op": "attach", "namespaces": {"s1": 4242, "o1": 4250, ...}}
 
-The controller opens a route socket and a link-event socket in every
-namespace, brings each switch to the service's start intents (routes and
-static neighbours, or dark patch-panel ports and the lit circuits), and from
-then on reroutes on link events exactly as the OpenFlow controller does on
-port status.  Every other op is the service's (`controllers.service`).
+The controller opens a route socket, a link-event socket and a socket for the
+port counters in every namespace, brings each switch to the service's start
+intents (routes and static neighbours, or dark patch-panel ports and the lit
+circuits), and from then on reroutes on link events exactly as the OpenFlow
+controller does on port status.  Every other op is the service's
+(`controllers.service`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from controllers.control import ControlServer
 from controllers.netlink import namespaces
 from controllers.netlink.applier import NetlinkApplier
 from controllers.netlink.events import LinkWatcher, is_up
+from controllers.netlink.linkstats import LinkStats
 from controllers.netlink.lookup import RouteLookup
 from controllers.netlink.patch import PatchSocket
 from controllers.netlink.routes import RouteWriter
@@ -40,7 +42,8 @@ class KernelPlane:
     """The service over the netlink applier, and the ``attach`` op that starts it."""
 
     def __init__(self, fabric: Fabric, tdf: float = 1.0, route_socket=None, event_socket=None,
-                 patch_socket=None, lookup_socket=None, writer_socket=None):
+                 patch_socket=None, lookup_socket=None, writer_socket=None,
+                 stats_socket=None):
         self.fabric = fabric
         self.applier = NetlinkApplier(fabric)
         self.service = FabricService(fabric, self.applier, tdf=tdf)
@@ -52,6 +55,8 @@ class KernelPlane:
             lambda pid: RouteLookup(namespaces.netlink_socket(pid)))
         self.writer_socket = writer_socket or (
             lambda pid: RouteWriter(namespaces.netlink_socket(pid)))
+        self.stats_socket = stats_socket or (
+            lambda pid: LinkStats(namespaces.netlink_socket(pid)))
         self.watcher = LinkWatcher(self.applier.port_of, self._ports_changed)
         self._attached = threading.Lock()
 
@@ -71,7 +76,8 @@ class KernelPlane:
             self.applier.attach(switch, self.route_socket(pids[switch]),
                                 patch=self.patch_socket(pids[switch]) if ocs else None,
                                 lookup=None if ocs else self.lookup_socket(pids[switch]),
-                                writer=None if ocs else self.writer_socket(pids[switch]))
+                                writer=None if ocs else self.writer_socket(pids[switch]),
+                                stats=self.stats_socket(pids[switch]))
         # Subscribe before reading the ports' state, so no change falls between.
         events = {switch: self.event_socket(pids[switch]) for switch in self.fabric.switches}
         for switch in self.fabric.switches:

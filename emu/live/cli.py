@@ -29,7 +29,7 @@ import shlex
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 from mininet.cli import CLI
 
@@ -39,6 +39,7 @@ from topologies import routing
 from topologies.fabric import FabricError
 from traffic import collectives
 from traffic.flows import Flow, FlowDag, ring_allreduce
+from emu.live.loadlog import link_rates, sent_bytes, wired_ports
 from emu.live.replay import Replayer
 
 MB = 1_000_000
@@ -231,29 +232,23 @@ class FabricCLI(CLI):
         self._set_links(line, up=True)
 
     # ------------------------------------------------------------ load
-    def _port_counters(self) -> Dict[Tuple[str, int], int]:
-        """Bytes sent so far by every switch port, from the controller's port counters."""
-        return {(switch, port): values["tx_bytes"]
-                for switch, ports in self.bed.counters().items()
-                for port, values in ports.items()}
-
     @_guarded
     def do_load(self, line):
-        """load [SECONDS]   transmit rate of every busy switch port over SECONDS (default 1),
+        """load [SECONDS]   rate of every busy link direction over SECONDS (default 1),
                          from the switches' port counters, busiest first"""
         seconds = float(line) if line.strip() else 1.0
         if not 0 < seconds <= 60:
             raise UsageError("SECONDS must be in (0, 60]")
-        before = self._port_counters()
+        before = sent_bytes(self.bed.counters(), self.fabric)
+        started = time.monotonic()
         time.sleep(seconds)  # the measurement interval itself
-        after = self._port_counters()
-        rows = []
-        for key, value in after.items():
-            mbps = (value - before.get(key, value)) * 8 / seconds / 1e6
-            if mbps > 0.01:
-                switch, port = key
-                peer, peer_port = self.fabric.peer(switch, port)
-                rows.append((mbps, f"{switch}:{port} -> {peer}:{peer_port}"))
+        after = sent_bytes(self.bed.counters(), self.fabric)
+        # The time between the two readings, as the run's load.csv measures it.
+        elapsed = time.monotonic() - started
+        rows = [(mbps, f"{switch}:{port} -> {peer}:{peer_port}")
+                for switch, port, peer, peer_port, mbps
+                in link_rates(wired_ports(self.fabric), before, after, elapsed)
+                if mbps > 0.01]
         if not rows:
             print("no traffic")
         for mbps, link in sorted(rows, reverse=True):

@@ -17,14 +17,17 @@ natural unit for ovs-vswitchd's single forwarding thread.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
+
+LOG = logging.getLogger("emu.cpu")
 
 DEFAULT_PROCESS_NAMES = ("ovs-vswitchd",)
 
@@ -152,7 +155,8 @@ class CpuSampler:
     def __init__(self, process_names: Sequence[str] = DEFAULT_PROCESS_NAMES,
                  interval_s: float = 0.5, *,
                  pids: Optional[Mapping[str, int]] = None,
-                 reader: Optional[PsutilReader] = None) -> None:
+                 reader: Optional[PsutilReader] = None,
+                 on_sample: Optional[Callable[[CpuSample], None]] = None) -> None:
         if isinstance(process_names, str):
             raise ValueError("process_names must be a sequence of names, "
                              f"not the single string {process_names!r}")
@@ -168,6 +172,8 @@ class CpuSampler:
                              f"process_names and pids; use one")
         self.interval_s = float(interval_s)
         self.reader = reader or PsutilReader()
+        # Told each sample as it is taken (the run's live view); never the run's fate.
+        self.on_sample = on_sample
         self.samples: List[CpuSample] = []
         self.cores: Optional[int] = None
         self._pids_by_name: Dict[str, List[int]] = {}
@@ -243,7 +249,13 @@ class CpuSampler:
     def _run(self) -> None:
         try:
             while not self._stop_event.wait(self.interval_s):
-                self.sample_now()
+                sample = self.sample_now()
+                if self.on_sample is not None:
+                    try:
+                        self.on_sample(sample)
+                    except Exception:  # a watcher's bug must not stop the sampling
+                        LOG.exception("CPU on_sample failed; no more samples are handed to it")
+                        self.on_sample = None
         except BaseException as error:  # re-raised by stop(): fail loudly
             self._error = error
 

@@ -73,7 +73,9 @@ class Replayer:
     come and its dependencies are done), whether or not its processes are
     ready yet; a False keeps it waiting, and it is asked again after the next
     flow finishes: KV ingress credits are such a gate.  ``on_done(result)``
-    is told of every finished flow (to release credit, say).  Flows are
+    is told of every finished flow (to release credit, say), and
+    ``on_start(flow)`` of every flow given its go (a request's KV transfer
+    under way, say), both from the replay loop.  Flows are
     armed at most ``ARM_AHEAD_S`` before they are due, so a long open-loop
     stream never holds hundreds of idle processes.
 
@@ -108,7 +110,8 @@ class Replayer:
                  on_moved: Optional[Callable[[str, str], None]] = None,
                  window_bytes: int = 0, ports: Optional[PortBook] = None,
                  port_key: str = "", agents: Optional[AgentPool] = None,
-                 standby: Optional[Callable[[Flow], Optional[Tuple[str, str]]]] = None):
+                 standby: Optional[Callable[[Flow], Optional[Tuple[str, str]]]] = None,
+                 on_start: Optional[Callable[[Flow], None]] = None):
         self.bed = bed
         self.dag = dag
         self.expected_mbps = expected_mbps
@@ -116,6 +119,7 @@ class Replayer:
         self.progress = progress
         self.gate = gate
         self.on_done = on_done
+        self.on_start = on_start
         self.events = sorted(events, key=lambda event: event[0])
         self.agent_hosts = tuple(agent_hosts)
         self.on_moved = on_moved
@@ -460,6 +464,8 @@ class Replayer:
                     if fid in self._admitted and fid in self._listening:
                         self._send(flow.dst, "go", fid)
                         fired[fid] = now
+                        if self.on_start:
+                            self.on_start(flow)
                 # Arm the next wave.  After the go messages: starting servers
                 # takes milliseconds each, which a flow whose dependencies just
                 # ended should not wait for.  The earliest first and only

@@ -28,6 +28,10 @@ the phase exposed.  When a reconfiguration completes, the proxy's record of
 it gets the measured ready time (``routes_restored`` of the reply), and the
 runner's copy of the fabric gets the new circuits (and, for fabrics whose
 GPUs forward, new host routes).
+
+The run's feed (``bed.feed``, `emu.live.feed`) hears each iteration start
+and end, and each phase start (its flows released) and end (its last flow's
+end), with the proxy's template and the circuits it asked for that phase.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from emu.live.agents import AgentPool
 from traffic.ports import PortBook
@@ -153,10 +157,32 @@ class IterationRunner:
             with self._proxy_lock:
                 record.ready_s = self._clock(reply.stamps["routes_restored"])
 
+    def _proxy_choice(self, name: str, iteration: int) -> Tuple[Optional[str], Optional[dict]]:
+        """The proxy's template for this occurrence of phase ``name``, and the
+        circuits it asked for it: (None, None) without a proxy.
+
+        The template is the circuit set the proxy wants while the phase runs
+        (`controllers.rfabric_templates`), chosen by the phase's kind on its
+        first occurrence and cached by name; a static proxy never puts one in
+        place, so there it is None.  The circuits are what the proxy requested
+        for this very occurrence, per OCS: ahead of it (proactive, possibly at
+        the end of the iteration before) or when it started (on demand); None
+        when the circuits it wants were in place already.
+        """
+        if self.proxy is None:
+            return None, None
+        with self._proxy_lock:
+            template = self.proxy.cache[name].name if self.proxy.mode != "static" else None
+            # In order: a later request for the same OCS replaces an earlier one.
+            circuits = {rec.ocs: rec.request["circuits"] for rec in self.proxy.reconfigs
+                        if rec.iteration == iteration and rec.phase == name}
+        return template, circuits or None
+
     # ------------------------------------------------------------ phases
     def _run_phase(self, run: PhaseRun, phase, t0: float, ends: Dict[str, float],
                    done: Dict[str, threading.Event], failed: List[str]) -> None:
         replayer = None
+        end_owed = False          # the feed heard of its start, not yet of its end
         try:
             replayer = self.replayer(self.bed, phase.dag, self.expected_mbps,
                                      self.work_dir / f"i{run.iteration}" / phase.name,
@@ -181,6 +207,12 @@ class IterationRunner:
                     phase.name, phase.kind, self._clock(run.ready), phase.pairs()))
                 self.worker.wait(self.proxy.cache[phase.name].ocs)
             run.start = time.time()
+            template, circuits = self._proxy_choice(phase.name, run.iteration)
+            self.bed.feed.emit("phase", t=run.start, state="start", name=phase.name,
+                               iteration=run.iteration, template=template, circuits=circuits,
+                               flows=len(phase.dag.flows), phase_kind=phase.kind,
+                               stall_s=run.stall_s)
+            end_owed = True
             run.flows = replayer.run()
             # Its last flow's end, not the replayer's own teardown after it.
             run.end = replayer.finished_at or time.time()
@@ -188,20 +220,31 @@ class IterationRunner:
             if bad:
                 failed.append(f"{phase.name}: {len(bad)} of {len(run.flows)} flows failed "
                               f"({bad[0].id}: {bad[0].status} {bad[0].error})")
+            end_owed = False
+            self._phase_ended(run, ok=not bad, flows_failed=len(bad))
             if self.proxy is not None:
                 self._send(lambda: self.proxy.phase_ended(phase.name, self._clock(run.end)))
         except BaseException as exc:
             failed.append(f"{phase.name}: {type(exc).__name__}: {exc}")
             run.end = run.end or time.time()
+            if end_owed:          # its replay broke off: the phase ends here, failed
+                self._phase_ended(run, ok=False, flows_failed=None)
         finally:
             ends[phase.name] = run.end or time.time()
             done[phase.name].set()
             if replayer is not None:
                 replayer.close()        # a phase that never ran (another failed)
 
+    def _phase_ended(self, run: PhaseRun, ok: bool, flows_failed: Optional[int]) -> None:
+        self.bed.feed.emit("phase", t=run.end, state="end", name=run.name,
+                           iteration=run.iteration, duration_s=run.duration_s,
+                           phase_kind=run.kind, ok=ok, flows_failed=flows_failed)
+
     def _iteration(self, index: int) -> IterationRun:
         t0 = time.time()
         it = IterationRun(index, t0)
+        self.bed.feed.emit("iteration", t=t0, state="start", iteration=index,
+                           iterations=self.total)
         if self.proxy is not None:
             self._send(lambda: self.proxy.begin_iteration(self._clock(t0)))
         ends: Dict[str, float] = {}
@@ -219,6 +262,8 @@ class IterationRunner:
             while thread.is_alive():
                 thread.join(0.5)         # short joins: signals reach the main thread
         it.end = max([t0] + list(ends.values()))
+        self.bed.feed.emit("iteration", t=it.end, state="end", iteration=index,
+                           iterations=self.total, duration_s=it.duration_s, ok=not failed)
         if failed:
             raise RuntimeError(f"iteration {index}: " + "; ".join(failed))
         if self.proxy is not None:

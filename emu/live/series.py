@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 
 from emu.live import drops
 from emu.live.cpu import CpuSampler, combine_cpu
+from emu.live.feed import RunFeed
 from emu.live.state import AlreadyRunning
 
 LOCK_POLL_S = 5.0
@@ -57,8 +58,14 @@ class TestbedSeries:
     __test__ = False
 
     def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print,
-                 dataplane: str = "auto", congestion: str = "cubic", ecmp_seed: int = 1):
+                 dataplane: str = "auto", congestion: str = "cubic", ecmp_seed: int = 1,
+                 feed: Optional[RunFeed] = None, cpu_alarm_pct: Optional[float] = None):
         self.run_dir = Path(run_dir)
+        self.feed = feed if feed is not None else RunFeed()
+        # The fidelity check judges CPU at the run's end; a watcher is told at
+        # once when a sample reaches the same threshold.
+        self.cpu_alarm_pct = cpu_alarm_pct
+        self._alarmed = False
         self.dataplane = dataplane
         self.congestion = congestion
         self.ecmp_seed = ecmp_seed
@@ -96,10 +103,16 @@ class TestbedSeries:
         folder = self.run_dir if label is None else self.run_dir / label
         tag = "" if label is None else f"{label}: "
         description = self.description if label is None else f"{self.description} ({label})"
-        bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
-                                          description=description, dataplane=self.dataplane,
-                                          congestion=self.congestion,
-                                          ecmp_seed=self.ecmp_seed), lock_wait_s)
+        self.feed.label = label    # every event of this testbed says which it is
+        try:
+            bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
+                                              description=description, dataplane=self.dataplane,
+                                              congestion=self.congestion,
+                                              ecmp_seed=self.ecmp_seed, feed=self.feed),
+                              lock_wait_s)
+        except BaseException:
+            self.feed.label = None
+            raise
         self._current = Recorded(label, fabric, scale, [])
         self._bed = bed
         try:
@@ -107,8 +120,12 @@ class TestbedSeries:
                 self.info = bed.describe()
             self.build_s[label] = round(bed.build_s, 3)
             self.warnings += [tag + w for w in bed.warnings]
+            for warning in bed.warnings:
+                self.feed.emit("warning", text=tag + warning)
             before = bed.drop_counters(log_since=drops.log_size())
-            sampler = CpuSampler(bed.dataplane.processes, interval_s=0.5).start()
+            self._alarmed = False
+            sampler = CpuSampler(bed.dataplane.processes, interval_s=0.5,
+                                 on_sample=self._cpu_sampled).start()
             try:
                 yield bed
             finally:
@@ -125,6 +142,18 @@ class TestbedSeries:
                 self.recorded.append(self._current)
             self._current = None
             bed.__exit__(*sys.exc_info())
+            self.feed.label = None
+
+    def _cpu_sampled(self, sample) -> None:
+        self.feed.emit("cpu", machine_pct=sample.machine_pct, softirq_pct=sample.softirq_pct,
+                       processes=dict(sample.process_pct_of_core))
+        if self.cpu_alarm_pct is not None and not self._alarmed and \
+                (sample.machine_pct or 0.0) >= self.cpu_alarm_pct:
+            self._alarmed = True
+            self.feed.emit("warning", text=f"machine CPU at {sample.machine_pct:.0f} % just "
+                                           f"now (the saturation threshold is "
+                                           f"{self.cpu_alarm_pct:.0f} %); the run's fidelity "
+                                           "check at its end says whether it mattered")
 
     def record_flows(self, flows) -> None:
         """Flows of the open testbed, for the run's fidelity check, with the path

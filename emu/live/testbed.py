@@ -34,7 +34,10 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
 from emu.live import drops, hostroutes, ovs, shaping, state
+from emu.live.feed import RunFeed
 from emu.live.linkstate import LinkStateError, LinkSwitch
+from emu.live.loadlog import LOAD_FILE, LoadSampler
+from emu.live.watch import ControllerWatch
 from emu.live.waiting import wait_until
 from topologies.fabric import HOST, Fabric
 from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, machine_name
@@ -106,6 +109,12 @@ def machine_to_fabric(name: str) -> str:
     return name[len(SWITCH_PREFIX):] if name.startswith(SWITCH_PREFIX) else name
 
 
+def _counters(channel: ControlClient) -> Dict[str, Dict[int, dict]]:
+    reply = channel.call("counters")
+    return {switch: {int(port): values for port, values in ports.items()}
+            for switch, ports in reply["switches"].items()}
+
+
 def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -147,8 +156,11 @@ class Testbed:
     def __init__(self, fabric: Fabric, scale: Scale, run_dir: Path,
                  log: Callable[[str], None] = print, description: str = "",
                  mtu: int = DEFAULT_MTU, dataplane: str = planes.AUTO,
-                 congestion: str = "cubic", ecmp_seed: int = 1):
+                 congestion: str = "cubic", ecmp_seed: int = 1, feed: Optional[RunFeed] = None):
         self.mtu = mtu
+        # What the run tells its watchers (`emu.live.feed`); one that records
+        # nowhere when the caller gave none, so emitting is always safe.
+        self.feed = feed if feed is not None else RunFeed()
         self.asked_dataplane = dataplane
         self.congestion = congestion
         # Flows' ports and the routers' multipath hash key come from it, so
@@ -192,6 +204,7 @@ class Testbed:
             self._start_controller()
             self._build_network()
             self._wait_ready()
+            self._start_watching()
         except BaseException:
             self.__exit__(*sys.exc_info())
             raise
@@ -240,6 +253,27 @@ class Testbed:
         self.log(f"controller pid {self.controller.pid}" + (
             f", OpenFlow 127.0.0.1:{self.ofp_port}" if self.dataplane.kind == planes.OVS
             else ", netlink"))
+
+    def _start_watching(self) -> None:
+        """Tell the run's feed about this testbed, and keep telling it: the
+        controller's circuit and link events as they happen, and the load of
+        every link from the port counters (``load.csv``), every 0.5 s."""
+        self.feed.emit("testbed", fabric=self.fabric.to_dict(), scale=self.scale.to_dict(),
+                       dataplane=self.dataplane.kind, description=self.description)
+        self._stack.callback(self.feed.emit, "testbed-closed")
+        watch = ControllerWatch(self.socket_path,
+                                lambda event: self.feed.emit(event.pop("kind"), **event))
+        self._stack.callback(watch.stop)
+        watch.start()
+        # Its own connection: a counters request must never queue behind a
+        # reconfiguration, or a timed one behind it.
+        counters_channel = ControlClient(self.socket_path)
+        self._stack.callback(counters_channel.close)
+        sampler = LoadSampler(lambda: _counters(counters_channel), self.fabric,
+                              self.run_dir / LOAD_FILE,
+                              on_sample=lambda sample: self.feed.emit("load", **sample))
+        self._stack.callback(sampler.stop)
+        sampler.start()
 
     def check_controller(self) -> None:
         """Raise if the controller process died (its handlers exit on error)."""
@@ -608,12 +642,10 @@ class Testbed:
         return paths, ports
 
     def counters(self) -> Dict[str, Dict[int, dict]]:
-        """Every switch's port counters, from the controller (OpenFlow port stats):
-        ``{switch: {port: {"tx_bytes": ..., "rx_bytes": ..., ...}}}``."""
+        """Every switch's port counters, from the controller (OpenFlow port stats,
+        or the kernel's link statistics): ``{switch: {port: {"tx_bytes": ..., ...}}}``."""
         self.check_controller()
-        reply = self.control.call("counters")
-        return {switch: {int(port): values for port, values in ports.items()}
-                for switch, ports in reply["switches"].items()}
+        return _counters(self.control)
 
     # ------------------------------------------------------------ helpers
     def host(self, name: str):

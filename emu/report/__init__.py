@@ -5,18 +5,20 @@ report can be regenerated (or improved) without running anything again::
 
     python -m emu.report results/<run>
 
-Input: the run folder's ``result.json`` and, when present, ``flows.csv``
-(formats in ``emu.report.load``; metric units in ``emu.report.units``).
+Input: the run folder's ``result.json`` and, when present, ``flows.csv`` and
+the ``load.csv`` files (formats in ``emu.report.load``; metric units in
+``emu.report.units``).
 
 Output, in the run folder: the plots the run has data for, ``report.md``
 and ``report.html``.  ``write_report`` returns their paths, report.md first,
 then the plots, report.html last.  The modules, one concern each:
 
-* ``load``: read and check result.json and flows.csv;
+* ``load``: read and check result.json, flows.csv and load.csv;
 * ``units``: metric-key unit suffixes, values printed emulated and real;
 * ``plots``: timeline.png and steps.png (every emulated run);
 * ``rl_plots``, ``pd_plots``: the RL and P/D inference comparisons;
 * ``fabric_plots``: the cost and fabrics calculations;
+* ``load_heatmap``: load_heatmap.png, each link's load over time (load.csv);
 * ``markdown``: the sections of report.md;
 * ``html``: report.md as one self-contained page (markdown-it-py);
 * ``writer``: ``write_report``, all of the above for one run folder;

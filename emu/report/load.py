@@ -41,25 +41,43 @@ One row per flow, columns ``id, src, dst, bytes, start_s, end_s,
 duration_s, goodput_mbps, retransmits, status`` (emulated bytes, seconds
 since ``timeline.t0``, Mbit/s; ``status`` is e.g. ``ok`` or ``failed``).
 
+Input: ``load.csv``
+-------------------
+The link load sampled from the switches' port counters while a testbed ran
+(written by ``emu.live.loadlog``), in the run folder and/or, for a run that
+opened one testbed per fabric, in ``<run>/<label>/``.  One row per direction
+of a link with a switch end and sample, columns ``t, node, port, peer,
+peer_port, bytes, mbps``: the sample's epoch time (s), the sending end
+(``node:port``: a switch, an OCS or a host), what it is wired to, the bytes
+that direction has carried so far and the emulated Mbit/s ``node`` sent
+toward the peer since the previous sample.  Both directions are counted at
+the switch end: a switch's side by its port's transmit counter, a host's
+side (``node`` a host) by the receive counter of the switch port it sends
+into.
+
 Bad input raises ValueError (FileNotFoundError for a missing result.json)
-naming the file, the key or column, and what it must be.
+naming the file, the key or column (or line), and what it must be.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from traffic.scale import Scale
 
 RESULT_FILE = "result.json"
 FLOWS_FILE = "flows.csv"
+LOAD_FILE = "load.csv"
 
 FLOW_COLUMNS = ("id", "src", "dst", "bytes", "start_s", "end_s", "duration_s",
                 "goodput_mbps", "retransmits", "status")
+# emu.live.loadlog.LOAD_COLUMNS, repeated: reports import nothing live.
+LOAD_COLUMNS = ("t", "node", "port", "peer", "peer_port", "bytes", "mbps")
 
 
 @dataclass(frozen=True)
@@ -164,3 +182,91 @@ def load_flows(run_dir) -> Optional[List[FlowRow]]:
                                     "retransmits"),
                 status=row["status"].strip()))
     return flows
+
+
+@dataclass(frozen=True)
+class LinkLoad:
+    """One direction of a link (what ``node:port`` sends to ``peer``) over a run.
+
+    ``node`` is the sending end: a switch, an OCS or, for what a host sends
+    into its switch, the host.
+
+    ``times`` are the samples' epoch seconds, each the end of the interval its
+    rate in ``mbps`` (emulated Mbit/s) covers.
+    """
+
+    node: str
+    port: int
+    peer: str
+    peer_port: int
+    times: Tuple[float, ...]
+    mbps: Tuple[float, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.node}:{self.port}->{self.peer}"
+
+
+def _load_value(text: Optional[str], kind, where: str, column: str):
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        kind_name = "an integer" if kind is int else "a number"
+        raise ValueError(f"{where}, column '{column}': {text!r} is not {kind_name}") from None
+    if kind is float and not math.isfinite(value):
+        raise ValueError(f"{where}, column '{column}': {text!r} is not a finite number")
+    return value
+
+
+def load_link_load(path, name: Optional[str] = None) -> List[LinkLoad]:
+    """The links of one ``load.csv``, in the order the file first names them.
+
+    Errors name the file (``name``, else ``path``) and the line.  A last line
+    cut short (a run interrupted while it wrote) is left out, not an error.
+    """
+    path = Path(path)
+    name = name or str(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            rows = [(reader.line_num, row) for row in reader]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: not UTF-8 text ({error.reason} at byte "
+                         f"{error.start})") from None
+    except csv.Error as error:
+        raise ValueError(f"{name}: line {reader.line_num}: {error}") from None
+    if header is None:
+        raise ValueError(f"{name}: line 1: empty file; expected the header "
+                         f"{','.join(LOAD_COLUMNS)}")
+    missing = [c for c in LOAD_COLUMNS if c not in header]
+    if missing:
+        raise ValueError(f"{name}: line 1: missing column(s) {missing}; "
+                         f"expected {list(LOAD_COLUMNS)}")
+    index = {column: header.index(column) for column in LOAD_COLUMNS}
+    if rows and len(rows[-1][1]) < len(header):
+        rows.pop()          # torn by an interrupted run: the samples before it stand
+    series: Dict[Tuple[str, int, str, int], Tuple[List[float], List[float]]] = {}
+    for line, row in rows:
+        if not row:
+            continue
+        where = f"{name}: line {line}"
+        if len(row) != len(header):
+            raise ValueError(f"{where}: {len(row)} fields where the header has "
+                             f"{len(header)}")
+        field = {column: row[position] for column, position in index.items()}
+        t = _load_value(field["t"], float, where, "t")
+        port = _load_value(field["port"], int, where, "port")
+        peer_port = _load_value(field["peer_port"], int, where, "peer_port")
+        _load_value(field["bytes"], int, where, "bytes")
+        mbps = _load_value(field["mbps"], float, where, "mbps")
+        if mbps < 0:
+            raise ValueError(f"{where}, column 'mbps': {mbps!r} is negative")
+        if not field["node"] or not field["peer"]:
+            raise ValueError(f"{where}: 'node' and 'peer' must name nodes")
+        times, rates = series.setdefault((field["node"], port, field["peer"], peer_port),
+                                         ([], []))
+        times.append(t)
+        rates.append(mbps)
+    return [LinkLoad(node, port, peer, peer_port, tuple(times), tuple(rates))
+            for (node, port, peer, peer_port), (times, rates) in series.items()]

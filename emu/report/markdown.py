@@ -13,8 +13,10 @@ in this order:
   real (``emu.report.units``), then one table per list-of-rows metric;
 * ``## Reading the figures`` (``metrics.notes``), ``## Steps``, ``## Plots``
   (every plot as an image, so report.html inlines it; no section without
-  plots), ``## Flows`` and ``## Files`` (captures and other files, linked
-  relative to the run folder);
+  plots), ``## Link load over time`` (the heat map of each load.csv,
+  ``emu.report.load_heatmap``; no section without one), ``## Web view``
+  (how to replay the run, and its screenshot if one was saved), ``## Flows`` and
+  ``## Files`` (captures and other files, linked relative to the run folder);
 * ``## Resolved configuration``: the scenario as run, as a JSON code block.
   It comes last because it is long and read only to rerun or compare a run.
 
@@ -37,12 +39,17 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from emu.report.html import CONFIG_SECTION, HTML_FILE, MARKDOWN_FILE
 from emu.report.load import FLOWS_FILE, RESULT_FILE, FlowRow
+from emu.report.load_heatmap import ACTIVE_SHARE, MAX_LINKS, LoadMap
 from emu.report.plots import STEPS_PNG
 from emu.report.units import (SCALED_KINDS, both_units, column_header, is_identity,
                               metric_unit, plain, value_list)
 from traffic.scale import Scale, format_quantity
 
 REPORT_FILE = MARKDOWN_FILE
+LOAD_SECTION = "Link load over time"
+WEB_SECTION = "Web view"
+WEB_SCREENSHOT = "web-view.png"
+EVENTS_FILE = "events.jsonl"     # emu.live.feed's, read here by name only
 CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".pcap.gz", ".pcapng.gz", ".cap")
 # The metric an experiment explains its figures in: prose, not a value.
 NOTES_KEY = "notes"
@@ -383,6 +390,66 @@ def _plots_section(plots: List[Path]) -> List[str]:
     return lines[:-1]
 
 
+def _load_section(load_maps: Sequence[LoadMap], run_dir: Path) -> List[str]:
+    """The heat map of each load.csv, or why there is none; [] without a load.csv."""
+    if not load_maps:
+        return []
+    lines = [f"## {LOAD_SECTION}", "",
+             "Where the fabric was busy, and when: one row per direction of a link "
+             "(`node:port->peer`, what that end sent toward its peer: a switch's side, "
+             "or a host's side of its link, `h1:1->s1`), one column per sampling "
+             "interval. The rates come from the switches' port counters, sampled every "
+             "0.5 s while the testbed ran: a switch's side by the bytes its port sent, a "
+             "host's side by the bytes the switch port it sends into received; the rows "
+             "are the "
+             f"links that carried more than {ACTIVE_SHARE:.0%} of their rate at some "
+             f"point, at most the {MAX_LINKS} that carried the most.", ""]
+    for entry in load_maps:
+        name = entry.csv.relative_to(run_dir).as_posix()
+        source = f"[{plain(name)}]({_link(name)})"
+        if entry.label is not None:
+            lines += [f"### {plain(entry.label)}", ""]
+        if entry.error is not None:
+            lines.append(f"**Not drawn:** {plain(entry.error)}")
+        elif not entry.samples:
+            lines.append(f"{source} holds no samples: the testbed closed within one "
+                         f"sampling interval.")
+        elif entry.png is None:
+            lines.append(f"No link in {source} carried more than {ACTIVE_SHARE:.0%} of "
+                         f"its rate: nothing to draw.")
+        else:
+            colour = ("the share of the link's emulated rate it carried (the rates of "
+                      "the fabric and scale in result.json)" if entry.utilisation else
+                      "emulated Mbit/s (the report does not know this testbed's link "
+                      "rates)")
+            interval = (f", every {entry.interval_s:.3g} s" if entry.interval_s
+                        else "")
+            picture = entry.png.relative_to(run_dir).as_posix()
+            lines += [f"{entry.links_shown} of the {entry.links_total} links in {source} "
+                      f"({entry.links_active} carried more than {ACTIVE_SHARE:.0%} of "
+                      f"their rate), {entry.samples} samples{interval}; colour: "
+                      f"{colour}.", "",
+                      f"![{plain(picture)}]({_link(picture)})"]
+        lines.append("")
+    return lines[:-1]
+
+
+def _web_section(result: dict, run_dir: Path) -> List[str]:
+    """How to watch the run again in a browser, and the page as it was, where a
+    test or a person saved it as ``web-view.png``; [] for a run with no events."""
+    if not (run_dir / EVENTS_FILE).is_file():
+        return []
+    lines = [f"## {WEB_SECTION}", "",
+             f"The web view was {'on' if result.get('web_view') else 'off'} during this run "
+             "(a browser takes CPU from the machine). Replay the run in a browser, with a "
+             f"time slider: `python -m emu.view {plain(run_dir.name)}` from the results "
+             f"folder's parent (it reads [{EVENTS_FILE}]({EVENTS_FILE}) and the load.csv "
+             "files).", ""]
+    if (run_dir / WEB_SCREENSHOT).is_file():
+        lines += [f"![The web view during the run]({WEB_SCREENSHOT})", ""]
+    return lines
+
+
 def _files_section(run_dir: Path, plots: List[Path]) -> List[str]:
     lines = ["## Files", ""]
     captures, others = [], []
@@ -423,8 +490,9 @@ def _config_section(result: dict) -> List[str]:
 
 
 def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
-                    run_dir: Path, plots: List[Path]) -> str:
-    """The text of report.md."""
+                    run_dir: Path, plots: List[Path],
+                    load_maps: Sequence[LoadMap] = ()) -> str:
+    """The text of report.md (``load_maps``: `emu.report.load_heatmap`'s, if any)."""
     title = f"# Run report: {plain(result['scenario'])}"
     lines = [title, ""]
     if result.get("description"):
@@ -451,7 +519,14 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
                   f" (plot: [{STEPS_PNG}]({STEPS_PNG})).", ""]
     plots_section = _plots_section(plots)
     lines += plots_section + ([""] if plots_section else [])
+    load_section = _load_section(load_maps, Path(run_dir))
+    lines += load_section + ([""] if load_section else [])
+    web_section = _web_section(result, Path(run_dir))
+    lines += web_section + ([""] if web_section else [])
     lines += _flows_section(flows, scale) + [""]
-    lines += _files_section(run_dir, plots) + [""]
+    heat_maps = [entry.png for entry in load_maps if entry.png is not None]
+    screenshot = Path(run_dir) / WEB_SCREENSHOT
+    shown = plots + heat_maps + ([screenshot] if screenshot.is_file() else [])
+    lines += _files_section(run_dir, shown) + [""]
     lines += _config_section(result)
     return "\n".join(lines).rstrip() + "\n"

@@ -1,7 +1,8 @@
 """Write a run folder's plots, ``report.md`` and ``report.html``, in that order.
 
-The plots come first because report.md names them (so report.html inlines
-them), and report.html last because it is rendered from report.md.
+The plots (and the link-load heat maps, ``emu.report.load_heatmap``) come
+first because report.md names them (so report.html inlines them), and
+report.html last because it is rendered from report.md.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import List
 from emu.report.fabric_plots import write_fabric_plots
 from emu.report.html import write_html
 from emu.report.load import RESULT_FILE, load_flows, load_result, scale_of
+from emu.report.load_heatmap import write_load_heatmaps
 from emu.report.markdown import REPORT_FILE, render_markdown
 from emu.report.pd_plots import write_pd_plots
 from emu.report.plots import STEPS_PNG, TIMELINE_PNG, plot_steps, plot_timeline
@@ -38,14 +40,18 @@ def write_plots(result: dict, run_dir: Path, scale: Scale) -> List[Path]:
 def write_report(run_dir) -> List[Path]:
     """Write the plots, report.md and report.html into ``run_dir``.
 
-    Returns their paths, report.md first and report.html last.
+    Returns their paths, report.md first, then the plots and the link-load
+    heat maps, report.html last.
     """
     run_dir = Path(run_dir)
     result = load_result(run_dir)
     scale = scale_of(result, run_dir / RESULT_FILE)
     flows = load_flows(run_dir)
     plots = write_plots(result, run_dir, scale)
+    # Drawn apart from the plots: report.md gives them a section of their own.
+    load_maps = write_load_heatmaps(result, run_dir, scale)
     report = run_dir / REPORT_FILE
-    report.write_text(render_markdown(result, flows, scale, run_dir, plots),
+    report.write_text(render_markdown(result, flows, scale, run_dir, plots, load_maps),
                       encoding="utf-8")
-    return [report] + plots + [write_html(run_dir)]
+    heat_maps = [entry.png for entry in load_maps if entry.png is not None]
+    return [report] + plots + heat_maps + [write_html(run_dir)]

@@ -173,6 +173,27 @@ class FakeLookup:
         pass
 
 
+class FakeLinkStats:
+    """A namespace's `controllers.netlink.linkstats.LinkStats`: the fake kernel's
+    link statistics by interface index; ``gate``, when set, holds every read
+    until it opens (a sampler caught mid-dump)."""
+
+    def __init__(self, sock: FakeIPRoute, gate=None):
+        self.sock = sock
+        self.gate = gate
+        self.reads = 0
+        self.closed = False
+
+    def by_index(self):
+        self.reads += 1
+        if self.gate is not None and not self.gate.wait(5):
+            raise TimeoutError("the test never opened the gate")
+        return {index: dict(self.sock.stats.get(index, {})) for index in self.sock.links.values()}
+
+    def close(self):
+        self.closed = True
+
+
 class FakeRouteWriter:
     """A router's `controllers.netlink.routes.RouteWriter` over the fake kernel:
     each message it would write is decoded with pyroute2's own ``rtmsg`` and

@@ -4,10 +4,12 @@ import json
 import os
 import socket
 import stat
+import threading
+import time
 
 import pytest
 
-from controllers.control import ControlClient, ControlError, ControlServer
+from controllers.control import ControlClient, ControlError, ControlServer, Watch
 
 
 def echo_handler(request):
@@ -163,3 +165,176 @@ def test_threads_sharing_one_client_each_get_their_own_reply(server):
         thread.join(30)
     control.close()
     assert not errors and sorted(replies) == [0, 1, 2, 3], errors
+
+
+# ---------------------------------------------------------------- watch: a stream of events
+class Subscriptions:
+    """A `Watch.subscribe` for the tests: each subscriber's ``send`` is kept, so a
+    test pushes events itself; ``ended`` is set when the last one unsubscribes."""
+
+    def __init__(self):
+        self.sends = []
+        self.subscribed = threading.Event()
+        self.ended = threading.Event()
+
+    def subscribe(self, send):
+        self.sends.append(send)
+        self.subscribed.set()
+
+        def unsubscribe():
+            self.sends.remove(send)
+            if not self.sends:
+                self.ended.set()
+        return unsubscribe
+
+
+@pytest.fixture
+def streaming(tmp_path):
+    subscriptions = Subscriptions()
+
+    def handler(request):
+        if request["op"] == "watch":
+            return Watch(subscriptions.subscribe)
+        return echo_handler(request)
+
+    control = ControlServer(str(tmp_path / "run" / "control.sock"), handler)
+    control.start()
+    yield control, subscriptions
+    control.stop()
+
+
+def open_watch(path):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    sock.connect(path)
+    stream = sock.makefile("rwb")
+    stream.write(b'{"op": "watch"}\n')
+    stream.flush()
+    return sock, stream
+
+
+def test_a_watch_is_answered_then_carries_one_line_per_event(streaming):
+    server, subscriptions = streaming
+    sock, stream = open_watch(server.path)
+    try:
+        assert json.loads(stream.readline()) == {"ok": True, "watching": True}
+        assert subscriptions.subscribed.wait(5)
+        subscriptions.sends[0]({"kind": "link", "up": False})
+        subscriptions.sends[0]({"kind": "link", "up": True})
+        assert [json.loads(stream.readline()) for _ in range(2)] == \
+            [{"kind": "link", "up": False}, {"kind": "link", "up": True}]
+        stream.write(b'{"op": "echo"}\n')       # ignored: a watch carries events only
+        stream.flush()
+        subscriptions.sends[0]({"kind": "preset"})
+        assert json.loads(stream.readline()) == {"kind": "preset"}
+        other = ControlClient(server.path, timeout=5)
+        try:
+            assert other.call("echo", n=1) == {"echo": {"n": 1}}, \
+                "request and reply go on beside a watch"
+        finally:
+            other.close()
+    finally:
+        stream.close()
+        sock.close()
+    assert subscriptions.ended.wait(5), "closing the connection unsubscribes it"
+    assert stat.S_IMODE(os.stat(server.path).st_mode) == 0o600
+
+
+def test_an_event_sent_while_the_reply_is_written_comes_after_it(tmp_path):
+    """The subscription starts before the reply, yet no event overtakes it."""
+    def subscribe(send):
+        threading.Thread(target=send, args=({"kind": "early"},)).start()
+        return lambda: None
+
+    control = ControlServer(str(tmp_path / "c.sock"),
+                            lambda request: Watch(subscribe, {"watching": True}))
+    control.start()
+    sock, stream = open_watch(control.path)
+    try:
+        assert json.loads(stream.readline()) == {"ok": True, "watching": True}
+        assert json.loads(stream.readline()) == {"kind": "early"}
+    finally:
+        stream.close()
+        sock.close()
+        control.stop()
+
+
+def test_a_refused_subscription_is_an_error_reply_and_the_channel_lives(tmp_path):
+    def subscribe(send):
+        raise RuntimeError("no events here")
+
+    def handler(request):
+        return Watch(subscribe) if request["op"] == "watch" else echo_handler(request)
+
+    control = ControlServer(str(tmp_path / "c.sock"), handler)
+    control.start()
+    client = ControlClient(control.path, timeout=5)
+    try:
+        with pytest.raises(ControlError, match="RuntimeError: no events here"):
+            client.call("watch")
+        assert client.call("echo", k=1) == {"echo": {"k": 1}}
+    finally:
+        client.close()
+        control.stop()
+
+
+def test_stop_ends_every_watch_and_unsubscribes_it(streaming):
+    server, subscriptions = streaming
+    sock, stream = open_watch(server.path)
+    try:
+        assert json.loads(stream.readline())["watching"]
+        server.stop()
+        assert stream.readline() == b"", "the server closed the watch"
+        assert subscriptions.ended.wait(5)
+    finally:
+        stream.close()
+        sock.close()
+
+
+def until_still(grows: list, timeout_s: float = 5.0) -> bool:
+    """Whether a list that another thread appends to stopped growing (for 50 ms)."""
+    deadline = time.monotonic() + timeout_s
+    seen = -1
+    while time.monotonic() < deadline:
+        if len(grows) == seen and seen > 0:
+            return True
+        seen = len(grows)
+        time.sleep(0.05)
+    return False
+
+
+def test_a_client_that_stops_reading_blocks_only_its_own_sends(streaming):
+    """The sends of a watch whose client never reads block once the socket's
+    buffers are full; the end of the watch wakes them with an error, even
+    while the client holds its end open without reading."""
+    server, subscriptions = streaming
+    sock, stream = open_watch(server.path)
+    failed = threading.Event()
+    sent = []
+
+    def flood():
+        try:
+            send = subscriptions.sends[0]
+            while True:
+                send({"kind": "bulk", "data": "x" * 65536})
+                sent.append(1)
+        except Exception:       # noqa: BLE001 - what ending the watch raises
+            failed.set()
+
+    try:
+        assert json.loads(stream.readline())["watching"]
+        threading.Thread(target=flood, daemon=True).start()
+        assert until_still(sent), "the flood should have filled the socket's buffers"
+        assert not failed.is_set(), f"the send blocked (after {len(sent)}), did not fail"
+        other = ControlClient(server.path, timeout=5)
+        try:
+            assert other.call("echo", k=2) == {"echo": {"k": 2}}, \
+                "requests go through while the watch's sends are blocked"
+        finally:
+            other.close()
+        sock.shutdown(socket.SHUT_WR)       # "done watching", yet it never reads
+        assert subscriptions.ended.wait(5), "the end of the request side ends the watch"
+        assert failed.wait(5), "the blocked send ended with an error"
+    finally:
+        stream.close()
+        sock.close()

@@ -9,7 +9,8 @@ import threading
 import time
 
 import pytest
-from fake_kernel import FakeKernel, FakeLookup, FakeNetlinkError, FakeRouteWriter, trace
+from fake_kernel import (FakeKernel, FakeLinkStats, FakeLookup, FakeNetlinkError,
+                         FakeRouteWriter, trace)
 from fakes import FakeNetwork, RecordingApplier, assert_delivered
 
 from controllers.netlink import applier as netlink
@@ -280,6 +281,86 @@ def test_counters_come_from_the_links_statistics():
     assert set(counters["o1"]) == set(fabric.ports_of("o1"))
 
 
+def stats_attached(spec: str, gate=None):
+    """`kernel_plane` with every switch's counters read through its own stats
+    socket (a `FakeLinkStats`, held at ``gate`` if given)."""
+    fabric, kernel, applier, service = kernel_plane(spec)
+    for switch in fabric.switches:
+        applier.stats[switch] = FakeLinkStats(kernel.sockets[switch], gate)
+    return fabric, kernel, applier, service
+
+
+def test_counters_are_read_through_the_stats_sockets_never_the_route_sockets():
+    fabric, kernel, applier, _ = stats_attached("hybrid,tors=3")
+    kernel.sockets["s1"].stats[101] = {"tx_bytes": 1500, "rx_bytes": 60}
+
+    def route_socket_used():
+        raise AssertionError("counters went through a route socket")
+
+    for sock in kernel.sockets.values():
+        sock.get_links = route_socket_used
+    counters = applier.counters()
+    assert counters["s1"][1]["tx_bytes"] == 1500 and counters["s1"][1]["rx_bytes"] == 60
+    assert all(applier.stats[switch].reads == 1 for switch in fabric.switches)
+    applier.close()
+    assert all(kernel.sockets[switch].closed for switch in fabric.switches)
+    assert applier.counters() == {}, "nothing attached any more"
+
+
+def test_an_apply_goes_through_while_counters_wait_on_a_slow_dump():
+    gate = threading.Event()
+    fabric, kernel, applier, service = stats_attached("hybrid,tors=3", gate)
+    sampled = threading.Event()
+    sampler = threading.Thread(target=lambda: (applier.counters(), sampled.set()))
+    sampler.start()
+    try:
+        assert not sampled.wait(0.05), "the gate holds the sampler in its first dump"
+        reply = service.do_reconfigure("o1", sorted(hybrid.circuit_set(fabric, "ring-reverse")),
+                                       delay_ms=0.0, technology="custom")
+        assert reply["plan"]["light"], "the reconfiguration was applied meanwhile"
+        assert kernel.sockets["o1"].filters, "its circuits are lit"
+        assert sampler.is_alive() and not sampled.is_set(), \
+            "the reconfiguration finished while the sampler was still held in its dump"
+    finally:
+        gate.set()
+        sampler.join(5)
+    assert sampled.is_set()
+
+
+def test_counters_do_not_wait_for_a_switch_being_changed():
+    fabric, kernel, applier, _ = stats_attached("hybrid,tors=3")
+    sampled = threading.Event()
+    with applier._locks["s1"]:             # as `apply` holds it while it writes s1
+        threading.Thread(target=lambda: (applier.counters(), sampled.set()),
+                         daemon=True).start()
+        assert sampled.wait(5), "counters waited for the switch's apply lock"
+
+
+def test_the_daemon_gives_every_switch_a_stats_socket():
+    fabric = registry.build("hybrid,tors=3")
+    kernel = FakeKernel(fabric)
+    pids = {switch: number for number, switch in enumerate(fabric.switches, start=1)}
+    by_pid = {pid: kernel.sockets[switch] for switch, pid in pids.items()}
+    opened = {}
+
+    def stats_socket(pid):
+        opened[pid] = FakeLinkStats(by_pid[pid])
+        return opened[pid]
+
+    plane = KernelPlane(fabric, route_socket=lambda pid: by_pid[pid],
+                        event_socket=lambda pid: None,
+                        patch_socket=lambda pid: None,
+                        lookup_socket=lambda pid: FakeLookup(by_pid[pid]),
+                        writer_socket=lambda pid: FakeRouteWriter(by_pid[pid]),
+                        stats_socket=stats_socket)
+    plane.watcher.watch = lambda switch, sock, ports_up: None
+    plane.watcher.start = lambda: plane.watcher
+    plane.handle({"op": "attach", "namespaces": pids})
+    assert sorted(opened) == sorted(pids.values())
+    assert {switch: plane.applier.stats[switch] for switch in fabric.switches} == \
+        {switch: opened[pid] for switch, pid in pids.items()}
+
+
 # ---------------------------------------------------------------- the same scenarios on both
 class OpenFlowPlane:
     def __init__(self, spec):
@@ -448,7 +529,8 @@ def fake_kernel_plane(fabric, kernel) -> KernelPlane:
     plane = KernelPlane(fabric, route_socket=lambda pid: kernel.sockets[f"s{pid}"],
                         event_socket=lambda pid: FakeEvents(),
                         lookup_socket=lambda pid: FakeLookup(kernel.sockets[f"s{pid}"]),
-                        writer_socket=lambda pid: FakeRouteWriter(kernel.sockets[f"s{pid}"]))
+                        writer_socket=lambda pid: FakeRouteWriter(kernel.sockets[f"s{pid}"]),
+                        stats_socket=lambda pid: FakeLinkStats(kernel.sockets[f"s{pid}"]))
     plane.watcher.watch = lambda switch, sock, ports_up: None
     plane.watcher.start = lambda: plane.watcher
     return plane

@@ -183,6 +183,36 @@ def test_reconfigure_core_with_injected_clock_and_lead():
     assert capped["light_lead_s"] == pytest.approx(0.006), "the lead never exceeds the delay"
 
 
+def test_each_step_is_heard_where_it_happens_with_its_fields():
+    """on_step: "start" before the first move, "dark" once the tear is in and
+    before the wait, "lit" once the light is confirmed, "done" after the restore."""
+    fabric = registry.build("hybrid,tors=4,hosts_per_tor=1")
+    svc = FabricService(fabric, RecordingApplier(fabric), tdf=2.0)
+    core = svc.ocs["o1"]
+    core.set_technology("custom", 3.0)
+    events, ticks = [], iter(range(100))
+    result = reconfigure(svc.eps, core, core.plan(PARTIAL),
+                         lambda batch: events.append(sorted(batch)),
+                         clock=lambda: float(next(ticks)),
+                         wait_until=lambda t: events.append("wait"),
+                         sync=lambda: events.append("sync"),
+                         on_step=lambda step, fields: events.append((step, fields)))
+    labels = [e[0] if isinstance(e, tuple) else e for e in events]
+    assert labels == ["start", ["s1", "s3"], ["o1"], "sync", ["s4"], "dark", "wait", ["o1"],
+                      "sync", "lit", ["s1", "s3"], "done"], labels
+    steps = dict(e for e in events if isinstance(e, tuple))
+    tear, light = [[1, 8], [6, 7]], [[1, 7], [6, 8]]
+    assert steps["start"] == {"t": 0.0, "tear": tear, "light": light, "keep": [[2, 3], [4, 5]],
+                              "delay_ms": pytest.approx(6.0)}, "3 ms x tdf 2, emulated"
+    assert steps["dark"] == {"t": 2.5, "dark_until": pytest.approx(2.506), "tear": tear,
+                             "light": light}, "dark from the middle of the tear round (2 .. 3)"
+    assert steps["lit"] == {"t": 6.0, "light": light}
+    assert steps["done"] == {"t": 7.0, "dark_s": result["dark_s"], "tear": tear,
+                             "light": light}
+    assert result["dark_s"] == pytest.approx(3.0), "from 2.5 to the middle of 5 .. 6"
+    assert all(isinstance(port, int) for pair in steps["start"]["keep"] for port in pair)
+
+
 def test_the_dark_time_counts_from_when_the_data_plane_says_it_took_the_tear():
     """An applier that times its changes more tightly than the round (the kernel's
     netlink write) sets where the dark time starts and ends: a thread stalled

@@ -92,12 +92,17 @@ def test_gate_holds_flows_until_on_done_releases_credit(tmp_path):
     def on_done(result):
         running.discard(result.id)
         log.append(result.id)
+        told.append(("done", result.id))
 
+    told = []       # what the hooks heard, in order
     dag = FlowDag([Flow(f"kv{i}", f"p{i}", "d", 300_000) for i in (1, 2, 3)])
     started = time.time()
-    results = Replayer(bed, dag, 1000.0, tmp_path / "flows", gate=gate, on_done=on_done).run()
+    results = Replayer(bed, dag, 1000.0, tmp_path / "flows", gate=gate, on_done=on_done,
+                       on_start=lambda flow: told.append(("start", flow.id))).run()
     assert all(r.status == "ok" for r in results), results
     assert peak[0] == 1 and sorted(log) == ["kv1", "kv2", "kv3"]
+    # One stream at a time: each flow is told started once, then done, then the next.
+    assert told == [(event, fid) for fid in log for event in ("start", "done")], told
     spans = sorted((r.start, r.end) for r in results)
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end - 0.05, f"gated flows overlapped: {spans}"

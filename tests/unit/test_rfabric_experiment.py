@@ -15,6 +15,7 @@ from emu.experiments.base import Network
 from traffic.scale import Scale
 from emu.schema import ScenarioError
 from emu.live.cpu import combine_cpu
+from emu.live.feed import RunFeed
 from topologies import registry
 from emu.live.replay import FlowResult
 from emu.live.rlreplay import IterationRunner, ready_time
@@ -120,6 +121,9 @@ class FakeBed:
     def __init__(self, fabric, control):
         self.fabric, self.control = fabric, control
         self.ecmp_seed = 1
+        self.feed = RunFeed()
+        self.events = []                    # what the run's feed heard, in order
+        self.feed.subscribe(self.events.append)
 
     def reconfigure(self, ocs, circuits, timeout_s=60.0, **args):
         reply = self.control.call("reconfigure", timeout=timeout_s, ocs=ocs, circuits=circuits,
@@ -248,3 +252,97 @@ def test_cost_rows_take_the_ft_reference_first():
     assert by["fattree"]["cost_model"] == "FT"
     assert by["rfabric"]["cost_efficiency_ratio"] == pytest.approx(
         0.9 / by["rfabric"]["cost_total_usd"] * by["fattree"]["cost_total_usd"])
+
+
+# ---------------------------------------------------------------- the run's feed
+def _phase_events(bed, iteration):
+    return [e for e in bed.events if e["kind"] == "phase" and e["iteration"] == iteration]
+
+
+def test_the_feed_hears_each_phase_start_then_its_end_within_its_iteration():
+    runner, proxy, bed = fake_run("reactive")
+    told = [(e["state"], e["iteration"]) for e in bed.events if e["kind"] == "iteration"]
+    assert told == [("start", 1), ("end", 1), ("start", 2), ("end", 2)]
+    position = {id(e): i for i, e in enumerate(bed.events)}
+    for it in runner.iterations:
+        first, last = [e for e in bed.events
+                       if e["kind"] == "iteration" and e["iteration"] == it.iteration]
+        assert last["duration_s"] == pytest.approx(it.duration_s)
+        phases = _phase_events(bed, it.iteration)
+        assert all(position[id(first)] < position[id(e)] < position[id(last)]
+                   for e in phases), "a phase is told within its iteration"
+        for run in it.phases:
+            mine = [e for e in phases if e["name"] == run.name]
+            assert [e["state"] for e in mine] == ["start", "end"], mine
+            start, end = mine
+            assert start["t"] == run.start and end["t"] == run.end
+            assert end["duration_s"] == pytest.approx(run.duration_s) and end["ok"]
+            phase = next(p for p in runner.schedule.phases if p.name == run.name)
+            assert start["flows"] == len(phase.dag.flows) > 0
+            assert start["template"] == proxy.cache[run.name].name
+            assert start["stall_s"] == pytest.approx(run.stall_s)
+
+
+def test_a_phase_tells_the_circuits_the_proxy_asked_for_it_on_demand_or_ahead():
+    for mode, later in (("reactive", "reactive"), ("proactive", "proactive")):
+        runner, proxy, bed = fake_run(mode)
+        asked = 0
+        for it in (1, 2):
+            for start in (e for e in _phase_events(bed, it) if e["state"] == "start"):
+                records = [r for r in proxy.reconfigs
+                           if r.iteration == it and r.phase == start["name"]]
+                if not records:
+                    assert start["circuits"] is None, start
+                    continue
+                asked += 1
+                assert start["circuits"] == {r.ocs: r.request["circuits"] for r in records}
+                assert start["template"] == records[0].template
+                if it == 2:
+                    assert {r.mode for r in records} == {later}, (mode, records)
+        assert asked >= 4, f"{mode}: response and weight sync ask for circuits every iteration"
+
+
+def test_a_static_proxy_tells_no_template_and_no_circuits():
+    _, _, bed = fake_run("static", iterations=1)
+    starts = [e for e in _phase_events(bed, 1) if e["state"] == "start"]
+    assert len(starts) == 5
+    assert all(e["template"] is None and e["circuits"] is None for e in starts)
+
+
+class BrokenReplayer(FakeReplayer):
+    """The response phase's replay breaks off (an agent died, say)."""
+
+    def __init__(self, bed, dag, mbps, work_dir, ports, port_key, agents):
+        super().__init__(bed, dag, mbps, work_dir, ports, port_key, agents)
+        self.broken = str(work_dir).endswith("/response")
+
+    def run(self):
+        if self.broken:
+            raise RuntimeError("host agent on h9 exited during the replay")
+        return super().run()
+
+
+def test_a_phase_whose_replay_breaks_off_still_ends_on_the_feed_failed():
+    fabric = registry.build("rfabric")
+    cfg = rf.workload(settings(train_s=0.003, gen_s=0.0025, optimizer_s=0.0015))
+    sched = rf.schedule_for(cfg, fabric.hosts, Scale.from_rates(400, 10, tdf=100), 2)
+    bed = FakeBed(fabric, FakeControl(0.01))
+    runner = IterationRunner(bed, sched, "/tmp/unused", 10.0, optimizer_s=0.15,
+                             log=lambda m: None, replayer=BrokenReplayer)
+    with pytest.raises(RuntimeError, match="response: RuntimeError: host agent"):
+        runner.run(2)
+    response = [e for e in _phase_events(bed, 1) if e["name"] == "response"]
+    assert [e["state"] for e in response] == ["start", "end"]
+    assert response[0]["template"] is None and response[0]["circuits"] is None, "no proxy"
+    assert response[1]["ok"] is False
+    whole = [("start", None), ("end", True)]
+    # Phases that started before the response broke off run to their end; the
+    # weight sync waits for the response, so it never starts (nor is told);
+    # the DP all-reduce starts or not, as its time came before the break or not.
+    for name, expected in (("train-pp", [whole]), ("gen-pd", [whole]),
+                           ("train-dp", [whole, []]), ("weight-sync", [[]])):
+        told = [(e["state"], e.get("ok")) for e in _phase_events(bed, 1) if e["name"] == name]
+        assert told in expected, (name, told)
+    told = [(e["state"], e["iteration"], e.get("ok")) for e in bed.events
+            if e["kind"] == "iteration"]
+    assert told == [("start", 1, None), ("end", 1, False)], "no iteration after a failed one"
