@@ -526,7 +526,9 @@ def render_markdown(result: dict, flows: Optional[List[FlowRow]], scale: Scale,
     lines += _flows_section(flows, scale) + [""]
     heat_maps = [entry.png for entry in load_maps if entry.png is not None]
     screenshot = Path(run_dir) / WEB_SCREENSHOT
-    shown = plots + heat_maps + ([screenshot] if screenshot.is_file() else [])
+    # The screenshot is left out of Files only where the Web view section shows it.
+    embedded = bool(web_section) and screenshot.is_file()
+    shown = plots + heat_maps + ([screenshot] if embedded else [])
     lines += _files_section(run_dir, shown) + [""]
     lines += _config_section(result)
     return "\n".join(lines).rstrip() + "\n"

@@ -31,12 +31,17 @@ import time
 from typing import Callable, Optional
 
 import networkx as nx
+from bokeh.core.validation import silence
+from bokeh.core.validation.warnings import MISSING_RENDERERS
 from bokeh.layouts import column, row
 from bokeh.models import (ColorBar, ColumnDataSource, DataTable, Div, EdgesAndLinkedNodes,
                           FactorRange, HoverTool, LinearColorMapper, NodesOnly, Range1d,
                           Slider, TableColumn, Toggle)
 from bokeh.palettes import Inferno256
 from bokeh.plotting import figure, from_networkx
+
+# The fabric's plot has no renderer until the first testbed event draws one.
+silence(MISSING_RENDERERS, True)
 
 REFRESH_MS = 250
 LOAD_PALETTE = tuple(reversed(Inferno256[40:]))  # pale = idle, dark = full
@@ -64,12 +69,12 @@ class FabricPage:
         self.circuits = ColumnDataSource(name="circuits", data=_empty_circuits())
         self.circuit_table = DataTable(source=self.circuits, height=180, index_position=None,
                                        sizing_mode="stretch_width", columns=[
-                                           TableColumn(field="ocs", title="OCS", width=40),
-                                           TableColumn(field="ports", title="ports", width=45),
-                                           TableColumn(field="ends", title="joins", width=80),
-                                           TableColumn(field="state", title="state", width=45),
+                                           TableColumn(field="ocs", title="OCS", width=35),
+                                           TableColumn(field="ports", title="ports", width=40),
+                                           TableColumn(field="ends", title="joins", width=70),
+                                           TableColumn(field="state", title="state", width=85),
                                            TableColumn(field="preset", title="preset", width=60),
-                                           TableColumn(field="note", title="", width=300)])
+                                           TableColumn(field="note", title="", width=290)])
         self.links = ColumnDataSource(name="links", data={})
         self.recent = Div(name="recent", sizing_mode="stretch_width")
         self.activity = Div(name="activity", sizing_mode="stretch_width")
@@ -89,8 +94,9 @@ class FabricPage:
         self.warnings = Div(name="warnings", sizing_mode="stretch_width")
         self.slider = None
         self.play = None
-        side = column(Div(text="<b>Circuits</b>"), self.circuit_table, self.recent,
-                      self.activity, self.credit_plot, self.warnings, width=520)
+        self.circuit_title = Div(text="<b>Circuits</b>")
+        side = column(self.circuit_title, self.circuit_table, self.recent,
+                      self.activity, self.credit_plot, self.warnings, width=600)
         main = column(self.plot, self.legend, sizing_mode="stretch_width")
         if replay_span is not None:
             start, end = replay_span
@@ -136,6 +142,10 @@ class FabricPage:
             self._color_links(snap)
             self.legend.text = _legend(testbed)
         self.circuits.data = _circuit_columns(snap["circuits"])
+        has_ocs = testbed is None or testbed["counts"]["ocs"] > 0
+        self.circuit_table.visible = has_ocs
+        self.circuit_title.text = "<b>Circuits</b>" if has_ocs else \
+            "<b>Circuits</b>: none, this fabric has no OCS"
         self.recent.text = _recent(snap["recent"])
         self.activity.text = _activity(snap)
         credit_rows = snap["credits"]
@@ -274,18 +284,20 @@ def _recent(rows) -> str:
 
 def _activity(snap: dict) -> str:
     parts = []
-    phase = snap["phase"]
-    if phase is not None:
-        text = f"iteration {phase.get('iteration')}"
-        if phase.get("name"):
-            text = f"phase <b>{html.escape(str(phase['name']))}</b>, " + text
-            if phase.get("flows") is not None:
-                text += f", {phase['flows']} flows"
-            template = phase.get("template")
-            text += f"; proxy template: {html.escape(str(template)) if template else 'none'}"
-            if phase.get("circuits"):
-                text += "; circuits " + html.escape(
-                    "; ".join(f"{o}: {_pairs(c)}" for o, c in phase["circuits"].items()))
+    running = snap.get("phases") or []
+    if not running and snap["phase"] is not None:
+        parts.append(f"<p style='margin:2px 0'>iteration {snap['phase'].get('iteration')}, "
+                     "between phases</p>")
+    for phase in running:
+        text = (f"phase <b>{html.escape(str(phase['name']))}</b>, iteration "
+                f"{phase.get('iteration')}")
+        if phase.get("flows") is not None:
+            text += f", {phase['flows']} flows"
+        template = phase.get("template")
+        text += f"; proxy template: {html.escape(str(template)) if template else 'none'}"
+        if phase.get("circuits"):
+            text += "; circuits " + html.escape(
+                "; ".join(f"{o}: {_pairs(c)}" for o, c in phase["circuits"].items()))
         parts.append(f"<p style='margin:2px 0'>{text}</p>")
     requests = snap["requests"]
     if requests["in_flight"] or requests["done"] or requests["failed"]:

@@ -38,6 +38,9 @@ from traffic.scale import Scale, format_quantity
 RECENT_S = 5.0
 MIN_VISIBLE_S = 1.0
 WARNINGS_SHOWN = 20
+# A circuit's states in the table: lit, dark (torn, its ports dark) and this
+# one, for a circuit whose ports are dark until it lights.
+ABOUT_TO_LIGHT = "about to light"
 TIER_OF_KIND = {"host": 0}
 
 
@@ -221,6 +224,7 @@ def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
         "circuits": [] if picture is None else _circuits(picture, reconfigs, t),
         "recent": [dict(r, age_s=t - r["t"]) for r in reversed(shown)],
         "phase": _phase(list(phases.values())[-1] if phases else None, iteration),
+        "phases": [_phase(phase, iteration) for phase in phases.values()],
         "requests": {"in_flight": sorted(requests.values(), key=lambda r: r["id"]),
                      "done": done, "failed": failed},
         "credits": _credits(credits, requests),
@@ -334,14 +338,12 @@ def _circuits(picture: Picture, reconfigs: Dict[str, _Reconfig], t: float) -> Li
             if reconfig.lit_at is not None:
                 rows.append(_circuit_row(picture, ocs, circuit, "lit", "just lit"))
                 continue
-            note = f"about to light; injected delay {reconfig.delay_ms:.1f} ms"
+            real = format_quantity(picture.scale.real_seconds(reconfig.delay_ms / 1e3), "s")
+            note = f"lights {reconfig.delay_ms:.0f} ms after the tear ({real} real)"
             if reconfig.dark_until is not None:
                 left = max(0.0, reconfig.dark_until - t)
-                note = (f"about to light: dark {left * 1e3:.0f} ms more of "
-                        f"{reconfig.delay_ms:.1f} ms "
-                        f"({format_quantity(picture.scale.real_seconds(reconfig.delay_ms / 1e3), 's')}"
-                        f" real)")
-            rows.append(_circuit_row(picture, ocs, circuit, "dark", note,
+                note = f"lights in {left * 1e3:.0f} ms of {reconfig.delay_ms:.0f} ({real} real)"
+            rows.append(_circuit_row(picture, ocs, circuit, ABOUT_TO_LIGHT, note,
                                      remaining_s=None if reconfig.dark_until is None
                                      else max(0.0, reconfig.dark_until - t)))
     return rows

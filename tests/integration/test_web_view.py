@@ -106,16 +106,17 @@ def test_live_page_shows_a_circuit_change(tmp_path, dataplane):
 
         driver = browser()
         driver.get(url)
-        # The reconfiguration starts after 3 s of settling; its circuits are dark for 2.5 s.
-        dark = poll(driver, "circuits", lambda d: "dark" in d["state"], 90,
-                    "a dark circuit")
-        changing = {(o, p) for o, p, s in zip(dark["ocs"], dark["ports"], dark["state"])
-                    if s == "dark"}
-        lit = poll(driver, "circuits",
-                   lambda d: "dark" not in d["state"] and changing & {
-                       (o, p) for o, p, s in zip(d["ocs"], d["ports"], d["state"]) if s == "lit"},
-                   30, "the new circuit lit")
-        assert lit
+        # The reconfiguration starts after 3 s of settling: the old circuit goes
+        # dark and the new one waits 2.5 s, dark, before it lights.
+        rows = lambda d: zip(d["ocs"], d["ports"], d["state"])  # noqa: E731
+        changing = poll(driver, "circuits",
+                        lambda d: "dark" in d["state"] and "about to light" in d["state"], 90,
+                        "a circuit dark and one about to light")
+        lighting = {(o, p) for o, p, s in rows(changing) if s == "about to light"}
+        poll(driver, "circuits",
+             lambda d: not {"dark", "about to light"} & set(d["state"])
+             and lighting <= {(o, p) for o, p, s in rows(d) if s == "lit"},
+             30, f"the new circuit {sorted(lighting)} lit")
 
         links = poll(driver, "links", lambda d: any(m > 1.0 for m in d["mbps"]), 30,
                      "load on a link")
@@ -154,8 +155,8 @@ def replay_and_move_the_slider(run_dir: Path):
         first = min(e["t"] for e in events)
         dark_at = next(e["t"] for e in events
                        if e["kind"] == "circuit" and e.get("step") == "dark") - first
-        for seconds, expected in ((dark_at + 0.5, "dark"), (dark_at + DELAY_MS / 1000 + 1.0,
-                                                           "lit")):
+        for seconds, expected in ((dark_at + 0.5, "dark"),
+                                  (dark_at + DELAY_MS / 1000 + 1.0, "lit")):
             driver.execute_script(
                 "const slider = Bokeh.documents[0].get_model_by_name('time');"
                 f"slider.value = {seconds};")

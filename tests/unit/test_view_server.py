@@ -82,7 +82,7 @@ def test_data_t_picks_the_moment(served):
     if name == "ocs":
         assert [c["state"] for c in first["circuits"]] == ["lit"]
         dark = get_json(view.data_url(T0 + 4.0))
-        assert sorted(c["state"] for c in dark["circuits"]) == ["dark", "dark"]
+        assert sorted(c["state"] for c in dark["circuits"]) == ["about to light", "dark"]
         assert [c["remaining_s"] for c in dark["circuits"] if c["a"] == 1] == [
             pytest.approx(DARK_UNTIL - (T0 + 4.0))]
         link = [k for k in dark["links"] if (k["a"], k["a_port"]) == ("o1", 2)][0]

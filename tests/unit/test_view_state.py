@@ -250,9 +250,9 @@ def test_a_circuit_is_lit_then_dark_counting_down_then_lit():
         rows = circuit_rows(state.snapshot(t))
         assert rows[("o1", 2, 3)]["state"] == "dark" and rows[("o1", 2, 3)]["note"] == "torn"
         lighting = rows[("o1", 1, 4)]
-        assert lighting["state"] == "dark"
+        assert lighting["state"] == "about to light"
         assert lighting["remaining_s"] == pytest.approx(DARK_UNTIL - t)
-        assert f"{(DARK_UNTIL - t) * 1e3:.0f} ms more of {DELAY_MS:.1f} ms" in lighting["note"]
+        assert f"lights in {(DARK_UNTIL - t) * 1e3:.0f} ms of {DELAY_MS:.0f}" in lighting["note"]
         remaining.append(lighting["remaining_s"])
     assert remaining[0] > remaining[1] > 0
 
@@ -343,7 +343,11 @@ def test_a_phase_shows_its_template_and_circuits_while_it_runs():
     assert train == {"name": "train-tp", "iteration": 1, "template": None, "circuits": None,
                      "flows": 12, "since": T0 + 1.0}
 
-    gen = state.snapshot(T0 + 2.5)["phase"]          # the latest started of the two
+    both = state.snapshot(T0 + 2.5)
+    assert [phase["name"] for phase in both["phases"]] == ["train-tp", "gen-pd"]
+    assert [phase["name"] for phase in state.snapshot(T0 + 3.5)["phases"]] == ["train-tp"]
+    assert state.snapshot(T0 + 5.5)["phases"] == []
+    gen = both["phase"]          # the latest started of the two
     assert gen["name"] == "gen-pd" and gen["template"] == "gen"
     assert gen["circuits"] == {"o1": [[1, 4], [2, 3]]}
     assert gen["flows"] == 8 and gen["since"] == T0 + 1.2
@@ -360,12 +364,12 @@ def test_a_reconfiguration_under_time_dilation_tells_the_real_duration():
     state = state_of(rfabric_run())
     rows = circuit_rows(state.snapshot(T0 + 1.5))
     assert {key: row["state"] for key, row in rows.items()} == {
-        ("o1", 1, 3): "dark", ("o1", 2, 4): "dark", ("o1", 1, 4): "dark", ("o1", 2, 3): "dark",
+        ("o1", 1, 3): "dark", ("o1", 2, 4): "dark", ("o1", 1, 4): "about to light",
+        ("o1", 2, 3): "about to light",
         ("o2", 1, 3): "lit", ("o2", 2, 4): "lit", ("o3", 1, 3): "lit", ("o3", 2, 4): "lit",
         ("o4", 1, 3): "lit", ("o4", 2, 4): "lit"}
     # 1 s emulated at time x100: 10 ms in the real fabric.
-    assert rows[("o1", 1, 4)]["note"] == ("about to light: dark 560 ms more of 1000.0 ms "
-                                          "(10 ms real)")
+    assert rows[("o1", 1, 4)]["note"] == "lights in 560 ms of 1000 (10 ms real)"
     assert rows[("o1", 1, 4)]["ends"] == "s1 - s4"
     after = state.snapshot(T0 + 2.5)
     assert after["recent"][0]["text"] == ("o1: tore 1-3, 2-4, lit 1-4, 2-3 after 1010.0 ms "
