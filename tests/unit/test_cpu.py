@@ -157,3 +157,63 @@ def test_sampler_rejects_bad_arguments():
         CpuSampler("ovs-vswitchd")
     with pytest.raises(RuntimeError, match="before start"):
         CpuSampler().stop()
+
+
+# on_sample: each sample handed over as the thread takes it -----------------
+
+def wait_for(condition, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+class ClimbingReader(FakeReader):
+    """A machine whose busy time climbs 1 s per 2 s of total at every reading."""
+
+    def machine(self):
+        self.busy_s += 1.0
+        self.total_s += 2.0
+        return super().machine()
+
+
+def test_on_sample_gets_each_sample_from_the_sampler_thread():
+    import threading
+
+    seen = []
+    sampler = CpuSampler(("ovs-vswitchd",), interval_s=0.01, reader=ClimbingReader(),
+                         on_sample=lambda s: seen.append((s, threading.current_thread().name)))
+    sampler.start()
+    wait_for(lambda: len(seen) >= 3)
+    sampler.stop()
+    samples = [s for s, _ in seen]
+    assert {name for _, name in seen} == {"cpu-sampler"}
+    # The very samples recorded, in order (stop() may add a tail sample of its own).
+    assert samples == sampler.samples[:len(samples)]
+    assert all(s.machine_pct == pytest.approx(50.0) for s in samples)
+
+
+def test_an_on_sample_that_raises_is_dropped_and_sampling_goes_on(caplog):
+    calls = []
+
+    def broken(sample):
+        calls.append(sample)
+        raise ValueError("a watcher's bug")
+
+    sampler = CpuSampler((), interval_s=0.01, reader=ClimbingReader(), on_sample=broken)
+    with caplog.at_level("ERROR", logger="emu.cpu"):
+        sampler.start()
+        wait_for(lambda: len(sampler.samples) >= 4)
+        summary = sampler.stop()                     # no error: the run is not failed
+    assert len(calls) == 1, "dropped after it raised"
+    assert sampler.on_sample is None
+    assert summary["samples"] >= 4 and summary["machine_cpu_pct"]["max"] == pytest.approx(50.0)
+    assert "on_sample failed" in caplog.text and "a watcher's bug" in caplog.text
+
+
+def test_without_on_sample_nothing_is_handed_over():
+    sampler = CpuSampler((), interval_s=0.01, reader=ClimbingReader())
+    assert sampler.on_sample is None
+    sampler.start()
+    wait_for(lambda: len(sampler.samples) >= 2)
+    assert sampler.stop()["samples"] >= 2

@@ -355,3 +355,75 @@ def test_kernel_data_plane_fidelity_shows_softirq_drops_and_shared_links(tmp_pat
     result["fidelity"]["shared_links"] = []
     write_report(write_run(tmp_path / "quiet", result))
     assert "No two of them crossed one link" in (tmp_path / "quiet" / "report.md").read_text()
+
+
+# ------------------------------------------------------------ ## Web view
+def _png(path, size=(4, 3)):
+    """A small, valid PNG (report.html inlines only real images)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure(figsize=size, dpi=10)
+    figure.savefig(path, format="png")
+    plt.close(figure)
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    return path
+
+
+def _section(report, title):
+    start = report.index(f"## {title}")
+    end = report.find("\n## ", start + 1)
+    return report[start:] if end < 0 else report[start:end]
+
+
+def test_no_web_view_section_without_events(tmp_path):
+    run = write_run(tmp_path / "allreduce-20260101-000000",
+                    result={"scenario": "allreduce", "web_view": True}, flows=None)
+    report = write_report(run)[0].read_text()
+    assert "## Web view" not in report and "emu.view" not in report
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_web_view_section_says_how_to_replay(tmp_path, on):
+    run = write_run(tmp_path / "ocs-reconfig-20260101-000000",
+                    result={"scenario": "ocs-reconfig", "web_view": on}, flows=None)
+    (run / "events.jsonl").write_text('{"kind": "run", "t": 1.0, "status": "ended"}\n')
+    report = write_report(run)[0].read_text()
+    section = _section(report, "Web view")
+    assert f"The web view was {'on' if on else 'off'} during this run" in section
+    assert "`python -m emu.view ocs-reconfig-20260101-000000`" in section
+    assert "[events.jsonl](events.jsonl)" in section
+    assert "![" not in section                       # no screenshot saved
+    assert report.index("## Web view") < report.index("## Flows") < report.index("## Files")
+    assert "[events.jsonl](events.jsonl)" in _section(report, "Files")
+
+
+def test_web_view_section_without_the_field_says_off(tmp_path):
+    """A run recorded before result.json had web_view: it was off."""
+    run = write_run(tmp_path / "run", result={"scenario": "x"}, flows=None)
+    (run / "events.jsonl").write_text("")
+    report = write_report(run)[0].read_text()
+    assert "The web view was off during this run" in _section(report, "Web view")
+
+
+def test_the_web_view_screenshot_is_shown_once(tmp_path):
+    run = write_run(tmp_path / "run", result={"scenario": "x", "web_view": True}, flows=None)
+    (run / "events.jsonl").write_text("")
+    _png(run / "web-view.png")
+    written = write_report(run)
+    report = written[0].read_text()
+    assert "![The web view during the run](web-view.png)" in _section(report, "Web view")
+    assert report.count("web-view.png") == 1, "embedded, not listed again under Files"
+    html = written[-1].read_text()
+    assert "data:image/png;base64," in html            # inlined in report.html
+    assert 'src="web-view.png"' not in html
+
+
+def test_a_screenshot_without_events_is_still_listed(tmp_path):
+    """No events.jsonl, no Web view section: the PNG is then an ordinary file."""
+    run = write_run(tmp_path / "run", result={"scenario": "x"}, flows=None)
+    _png(run / "web-view.png")
+    report = write_report(run)[0].read_text()
+    assert "## Web view" not in report
+    assert "[web-view.png](web-view.png)" in _section(report, "Files")
