@@ -158,8 +158,9 @@ class ViewState:
 
 def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
     picture: Optional[Picture] = None
-    load: Dict[Tuple[str, int], float] = {}
-    load_t: Optional[float] = None
+    # Only the latest load sample counts: it is kept, and turned into rates
+    # once, after the fold (a long run holds thousands of samples).
+    last_load: Optional[dict] = None
     reconfigs: Dict[str, _Reconfig] = {}
     recent: List[dict] = []
     phases: Dict[tuple, dict] = {}     # the phases running, by (iteration, name), as started
@@ -173,14 +174,12 @@ def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
         kind = event["kind"]
         if kind == "testbed":
             picture = Picture.from_event(event)
-            load, reconfigs, requests, credits, phases = {}, {}, {}, {}, {}
-            load_t = iteration = None
+            reconfigs, requests, credits, phases = {}, {}, {}, {}
+            last_load = iteration = None
         elif kind == "testbed-closed":
             picture = None
         elif kind == "load":
-            load = {(switch, int(port)): float(mbps)
-                    for switch, port, _peer, _peer_port, mbps in event["links"]}
-            load_t = event["t"]
+            last_load = event
         elif kind == "circuit" and picture is not None:
             _circuit(picture, reconfigs, recent, event)
         elif kind == "link":
@@ -219,8 +218,8 @@ def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
         "t": t, "elapsed_s": t - first, "status": status,
         "testbed": None if picture is None else _testbed(picture),
         "nodes": [] if picture is None else picture.nodes,
-        "links": [] if picture is None else _links(picture, load, reconfigs, t),
-        "load_t": load_t,
+        "links": [] if picture is None else _links(picture, _rates(last_load), reconfigs, t),
+        "load_t": None if last_load is None else last_load["t"],
         "circuits": [] if picture is None else _circuits(picture, reconfigs, t),
         "recent": [dict(r, age_s=t - r["t"]) for r in reversed(shown)],
         "phase": _phase(list(phases.values())[-1] if phases else None, iteration),
@@ -279,6 +278,14 @@ def _testbed(picture: Picture) -> dict:
             "counts": picture.counts, "scale": picture.scale.to_dict(),
             "link_mbps": rate, "link_real_gbps": picture.scale.real_gbps(rate) if rate else 0,
             "technology": picture.technology}
+
+
+def _rates(sample: Optional[dict]) -> Dict[Tuple[str, int], float]:
+    """A load sample as {(node, port): Mbit/s that node:port sends}."""
+    if sample is None:
+        return {}
+    return {(node, int(port)): float(mbps) for node, port, _peer, _peer_port, mbps
+            in sample["links"]}
 
 
 def _links(picture: Picture, load: Dict[Tuple[str, int], float],

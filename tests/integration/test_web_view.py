@@ -20,8 +20,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from tests.integration.utils import REPO, assert_no_leftovers
 
 CHROMIUM = "/usr/bin/chromium"
