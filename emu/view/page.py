@@ -139,7 +139,7 @@ class FabricPage:
             if key != self._fabric_key:
                 self._draw_fabric(snap)
                 self._fabric_key = key
-            self._color_links(snap)
+            self.links.data = _link_columns(snap["links"])   # colours and widths by load
             self.legend.text = _legend(testbed)
         self.circuits.data = _circuit_columns(snap["circuits"])
         has_ocs = testbed is None or testbed["counts"]["ocs"] > 0
@@ -177,8 +177,7 @@ class FabricPage:
         renderer.name = "graph"
         renderer.node_renderer.glyph.update(size="size", fill_color="color",
                                             line_color="white")
-        renderer.edge_renderer.data_source = self.links
-        self.links.data = _link_columns(snap["links"])
+        renderer.edge_renderer.data_source = self.links     # filled by show()
         renderer.edge_renderer.glyph.update(line_color="color", line_width="width",
                                             line_alpha=0.9)
         renderer.inspection_policy = EdgesAndLinkedNodes()
@@ -190,9 +189,6 @@ class FabricPage:
                 ("link", "@label"), ("load", "@load_text"), ("circuit", "@circuit")]),
             HoverTool(renderers=[renderer.node_renderer], tooltips=[
                 ("node", "@index"), ("role", "@role"), ("tier", "@tier")]))
-
-    def _color_links(self, snap: dict) -> None:
-        self.links.data = _link_columns(snap["links"])
 
 
 # ------------------------------------------------------------ glue: snapshot -> columns, text
