@@ -16,7 +16,14 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 apt_packages=(openvswitch-switch mininet iperf3 libiperf0 tcpdump iputils-ping
-              ethtool iproute2 procps bridge-utils python3-venv python3-simgrid)
+              ethtool iproute2 procps bridge-utils python3-venv python3-simgrid
+              clang llvm libbpf-dev)
+# clang compiles the BPF patch panel (controllers/bpf); libbpf-dev has its
+# headers and pulls in libbpf1, which loads it; llvm (llvm-objdump, llvm-strip)
+# is there to look at a program when it misbehaves.  bpftool does that too,
+# and lets the tests see that no program outlives a run; Ubuntu 22.04 has no
+# package of that name (it ships it in linux-tools), so it is optional.
+optional_packages=(bpftool)
 # The web view's browser tests need a browser and its driver; `make test`
 # asks for them (--with-browser), `make run` does not.
 if [ "${1:-}" = "--with-browser" ]; then
@@ -35,6 +42,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
     # The Debian mininet package would start nothing; we only need its mnexec.
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+for pkg in "${optional_packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "$pkg" >/dev/null 2>&1 || echo "bootstrap: $pkg is not available here; going on"
+    fi
+done
 
 python_bin="${PYTHON:-python3}"
 req_hash="$(sha256sum "$here/requirements.txt" "$here/setup.py" | sha256sum | cut -c1-16)"
@@ -45,6 +58,21 @@ if [ ! -f "$stamp_dir/$req_hash" ]; then
     "$venv/bin/pip" install -q -r "$here/requirements.txt"
     "$venv/bin/pip" install -q --no-deps -e "$here"
     rm -rf "$stamp_dir"; mkdir -p "$stamp_dir"; touch "$stamp_dir/$req_hash"
+fi
+
+# The BPF patch panel's object, compiled into the venv (where
+# controllers.bpf.build.object_path looks: sys.prefix/share/...) when missing
+# or older than its source.  Without it the netlink data plane runs the
+# mirred panel and says so, so a failed compile warns and bootstrap goes on.
+bpf_source="$here/controllers/bpf/panel.bpf.c"
+bpf_object="$venv/share/fabric-emu/bpf/panel.bpf.o"
+if [ ! -f "$bpf_object" ] || [ "$bpf_source" -nt "$bpf_object" ]; then
+    echo "bootstrap: compiling the BPF patch panel"
+    if ! (cd "$here" && "$venv/bin/python" -m controllers.bpf.build >/dev/null); then
+        echo "bootstrap: warning: the BPF patch panel did not compile (clang's message" \
+             "above); OCS circuits will use the mirred patch panel, whose dark windows" \
+             "the controller's process times" >&2
+    fi
 fi
 
 # SimGrid (the flow model's oracle in the unit tests) would have to be built

@@ -35,6 +35,9 @@ def parse_args(argv):
     parser.add_argument("--tdf", type=float, default=1.0, help="time-dilation factor")
     parser.add_argument("--dataplane-sync", action="store_true",
                         help="ovs: confirm datapath changes through the local ovs-vswitchd")
+    parser.add_argument("--panel", choices=("auto", "bpf", "mirred"), default="auto",
+                        help="linux: the OCS patch panel (auto: BPF where it loads, "
+                        "else mirred)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.dataplane == "ovs" and args.ofp_port is None:
@@ -104,7 +107,7 @@ def run_netlink(args) -> int:
 
     on_stop_signals(stop)
     logging.getLogger("fabric.launcher").info("netlink controller (kernel data plane)")
-    serve(args.fabric, args.socket, args.tdf, stopping)
+    serve(args.fabric, args.socket, args.tdf, stopping, panel=args.panel)
     logging.shutdown()
     return 0
 

@@ -45,6 +45,14 @@ circuits going dark and lighting live (`controllers.service` publishes it)::
 Circuits are sorted ``[port, port]`` lists; ``delay_ms`` is the emulated
 (dilated) delay.  It is called on the reconfiguring thread, inside the timed
 sequence, so it must return at once and never raise.
+
+A data plane that times circuits itself (``timed``: the BPF patch panel,
+`controllers.netlink.bpfpanel`) takes steps 2-4 in one write: the tear just
+after a moment the kernel fixes and the light ``delay`` after it, which the
+kernel enforces per packet.  The controller then only waits for those two
+times to pass to repoint (after the tear) and restore routes (after the
+light); how late it wakes up no longer stretches the dark window, and each
+step's timestamp is the kernel's time for it.
 """
 
 from __future__ import annotations
@@ -62,13 +70,17 @@ Window = Tuple[float, float]
 Apply = Callable[[Batch], Optional[Window]]
 # Hears each step of the sequence: (step name, its fields).
 OnStep = Callable[[str, dict], None]
+# Writes a reconfiguration's tear and light intents with the delay between them
+# into a data plane that keeps time itself; returns the epoch times it wrote
+# (dark from, lit at) and when the write happened (before, after).
+Timed = Callable[[list, list, float], Tuple[float, float, Window]]
 
 
 def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
                 clock: Callable[[], float] = time.time,
                 wait_until: Optional[Callable[[float], None]] = None,
                 sync: Optional[Callable[[], None]] = None, light_lead_s: float = 0.0,
-                on_step: Optional[OnStep] = None) -> dict:
+                on_step: Optional[OnStep] = None, timed: Optional[Timed] = None) -> dict:
     wait_until = wait_until or _wait_until
     sync = sync or (lambda: None)
     on_step = on_step or (lambda step, fields: None)
@@ -87,6 +99,9 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     stamps["routes_moved"] = clock()
 
     repoint = eps.reroute(interim, fill_missing_from=eps.routes_for(target))
+    if timed is not None and (plan.tear or plan.light):
+        return _kernel_timed(eps, ocs, plan, apply, clock, wait_until, on_step, timed, stamps,
+                             repoint, tear, light)
     stamps["tear_sent"] = clock()
     tear_taken = None
     if plan.tear:
@@ -122,6 +137,34 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     return {"plan": plan.to_dict(), "timestamps": stamps, "dark_from": dark_from,
             "light_lead_s": lead, "light_latency_s": stamps["lit"] - stamps["dark_end"],
             "dark_s": dark_s}
+
+
+def _kernel_timed(eps, ocs, plan, apply, clock, wait_until, on_step, timed, stamps, repoint,
+                  tear, light) -> dict:
+    """Steps 2-6 when the data plane times the circuits: one write, then waits."""
+    stamps["tear_sent"] = clock()
+    dark_from, lit_at, written = timed(ocs.tear(plan), ocs.light(plan), plan.delay_emulated_s)
+    stamps["written"] = written[1]
+    # The kernel tears at dark_from: only then may stranded routes point at
+    # the circuits about to light (before, they would meet the old circuit).
+    wait_until(dark_from)
+    stamps["torn"] = dark_from
+    if repoint:
+        apply(repoint)
+    stamps["repointed"] = clock()
+    on_step("dark", {"t": dark_from, "dark_until": lit_at, "tear": tear, "light": light})
+    wait_until(lit_at)
+    stamps["dark_end"] = stamps["lit"] = lit_at
+    on_step("lit", {"t": lit_at, "light": light})
+    ocs.commit(plan)
+    apply(eps.reroute())
+    stamps["routes_restored"] = clock()
+    dark_s = lit_at - dark_from
+    on_step("done", {"t": stamps["routes_restored"], "dark_s": dark_s, "tear": tear,
+                     "light": light})
+    return {"plan": plan.to_dict(), "timestamps": stamps, "dark_from": dark_from,
+            "light_lead_s": 0.0, "light_latency_s": 0.0, "dark_s": dark_s,
+            "kernel_timed": True, "write_window": list(written)}
 
 
 def _pairs(circuits: Iterable[Tuple[int, int]]) -> List[List[int]]:

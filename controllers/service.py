@@ -29,6 +29,8 @@ with its ``kind`` and epoch time ``t``::
         (dark_s, tear, light), or "failed" (error) if it raised
     {"kind": "link", "a", "b", "up", "t"}     a link changed, its reroute applied
     {"kind": "preset", "ocs", "technology", "delay_ms", "t"}   (delay_ms emulated)
+    {"kind": "schedule", "t", "epoch", "slot_emulated_s", "guard_emulated_s", ...}
+        a cyclic schedule started (or ``"stopped": true``)
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from topologies.fabric import EPS, HOST, Fabric, FabricError
 LOG = logging.getLogger("fabric.service")
 LEAD_HISTORY = 5
 OPS = ("status", "state", "reconfigure", "preset", "link", "pin", "unpin", "counters",
-       "paths", "technologies", "watch")
+       "paths", "technologies", "watch", "schedule")
 
 
 class Applier(Protocol):
@@ -81,6 +83,7 @@ class FabricService:
         self._rerouted_down: List[List[str]] = []
         self._reconfig_lock = threading.Lock()
         self.events = EventHub()
+        self.schedule: Optional[dict] = None      # the cyclic schedule running, if any
 
     # ------------------------------------------------------------ switches
     def start(self, switch: str) -> List[Intent]:
@@ -101,7 +104,8 @@ class FabricService:
         ready = set(status["ready_switches"])
         return {"ready": ready >= switches and not status["errors"],
                 "connected": sorted(status["connected"]), "ready_switches": sorted(ready),
-                "missing": sorted(switches - ready), "errors": list(status["errors"])}
+                "missing": sorted(switches - ready), "errors": list(status["errors"]),
+                **{key: status[key] for key in ("panel", "panel_note") if key in status}}
 
     def state(self) -> dict:
         return {"circuits": {o: sorted(list(c) for c in cs)
@@ -111,6 +115,7 @@ class FabricService:
                                for o, core in self.ocs.items()},
                 "down_links": list(self._rerouted_down),
                 "pins": self.pins.state(),
+                "schedule": self.schedule,
                 "tdf": self.tdf}
 
     def counters(self) -> dict:
@@ -141,7 +146,10 @@ class FabricService:
                        technology: Optional[str] = None) -> dict:
         core = self._ocs(ocs)
         with self._reconfig_lock:
-            # Check the circuits before changing the technology: a refusal changes nothing.
+            # Check everything before changing the technology: a refusal changes nothing.
+            if self.schedule is not None:
+                raise FabricError(f"{ocs}: a schedule runs; stop it first "
+                                  "(op schedule with stop=true)")
             circuits = self.fabric.check_circuits(ocs, circuits)
             if technology is not None:
                 core.set_technology(technology, delay_ms)
@@ -154,9 +162,14 @@ class FabricService:
                                      "t": time.time() if t is None else t,
                                      **{k: v for k, v in fields.items() if k != "t"}})
 
+            timed = None
+            if hasattr(self.applier, "timed_circuits") and self.applier.kernel_timed(ocs):
+                def timed(tear, light, delay_s):
+                    return self.applier.timed_circuits(ocs, tear, light, delay_s)
             try:
                 result = reconfigure(self.eps, core, plan, self.apply, sync=self.applier.sync,
-                                     light_lead_s=self.light_lead_s(), on_step=on_step)
+                                     light_lead_s=self.light_lead_s(), on_step=on_step,
+                                     timed=timed)
             except Exception as exc:
                 # Whoever shows the circuits dark must learn that no "done" comes.
                 on_step("failed", {"error": f"{type(exc).__name__}: {exc}"})
@@ -165,6 +178,54 @@ class FabricService:
         LOG.info("%s reconfigured: tear %s light %s dark %.3f ms", ocs, sorted(plan.tear),
                  sorted(plan.light), result["dark_s"] * 1000)
         return result
+
+    def do_schedule(self, schedule: Optional[dict] = None, start_in_s: float = 0.05,
+                    stop: bool = False) -> dict:
+        """Run a cyclic OCS schedule (`controllers.schedule`), or stop the one running.
+
+        ``schedule`` is the scenario's data (slot and guard in real
+        microseconds, dilated by the fabric's tdf here); slot 0 starts
+        ``start_in_s`` from now, and its OCSes are dark from the write until then.
+        Only a data plane whose kernel times circuits (the BPF panel) runs one:
+        no process touches a slot boundary."""
+        from controllers import schedule as schedules
+
+        if not hasattr(self.applier, "set_schedule"):
+            raise FabricError("schedules need the linux data plane (its BPF patch panel)")
+        with self._reconfig_lock:
+            if stop:
+                return self._stop_schedule()
+            if schedule is None:
+                raise FabricError("schedule: give the schedule, or stop=true")
+            plan = schedules.from_dict(schedule, self.fabric, self.tdf, where="schedule")
+            untimed = [ocs for ocs in sorted(plan.matchings)
+                       if not self.applier.kernel_timed(ocs)]
+            if untimed:
+                raise FabricError(f"schedule: {', '.join(untimed)} run(s) the mirred patch "
+                                  "panel; schedules need the BPF one (testbed.panel)")
+            indexes = self.applier.indexes
+            clock = self.applier.patches[next(iter(plan.matchings))].clock
+            epoch_ns = clock.now_ns() + int(max(start_in_s, 0.0) * 1e9)
+            ocs_entries = schedules.compile_ocs(plan, indexes, epoch_ns)
+            tor_entries = schedules.compile_tor(plan, self.fabric, indexes, epoch_ns)
+            written = self.applier.set_schedule(ocs_entries, tor_entries)
+            self.schedule = {"epoch": clock.to_epoch(epoch_ns), "epoch_mono_ns": epoch_ns,
+                             "slot_emulated_s": plan.slot_emulated_s,
+                             "guard_emulated_s": plan.guard_emulated_s,
+                             "slots": plan.slots, "duty_cycle": plan.duty_cycle,
+                             "ocs": sorted(plan.matchings), "write_window": list(written)}
+            self.events.publish({"kind": "schedule", "t": time.time(), **self.schedule})
+            return dict(self.schedule)
+
+    def _stop_schedule(self) -> dict:
+        """Back to the circuits the cores hold, lit steadily; ToRs route by their tables."""
+        if self.schedule is None:
+            return {"stopped": False}
+        self.applier.clear_schedule()
+        self.apply({name: self.start(name) for name in self.schedule["ocs"]})
+        stopped, self.schedule = self.schedule, None
+        self.events.publish({"kind": "schedule", "t": time.time(), "stopped": True})
+        return {"stopped": True, "schedule": stopped}
 
     def light_lead_s(self) -> float:
         """Half the median lighting round of the last reconfigurations (any OCS)."""
@@ -315,4 +376,6 @@ class FabricService:
             return {"technologies": {k: vars(t) for k, t in TECHNOLOGIES.items()}}
         if op == "watch":
             return Watch(self.events.subscribe)
+        if op == "schedule":
+            return self.do_schedule(**args)
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")

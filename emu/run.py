@@ -170,7 +170,7 @@ def lab(scenario, out: Path, script: Optional[str], web: WebSetting = WebSetting
         with watched(run_dir, web) as feed, \
                 Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli",
                         dataplane=dataplane_of(scenario).dataplane,
-                        congestion=settings["congestion"],
+                        congestion=settings["congestion"], panel=settings["panel"],
                         ecmp_seed=settings["ecmp_seed"], feed=feed) as bed:
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"{fabric.name}: {len(fabric.hosts)} hosts; type help, or exit to leave")
@@ -249,7 +249,7 @@ def _emulate(scenario, fabric, scale, run_dir, result, feed: Optional[RunFeed] =
     settings = scenario.config["testbed"]
     series = TestbedSeries(run_dir, f"emu.run {scenario.name}",
                            dataplane=dataplane_of(scenario).dataplane,
-                           congestion=settings["congestion"],
+                           congestion=settings["congestion"], panel=settings["panel"],
                            ecmp_seed=settings["ecmp_seed"], feed=feed,
                            cpu_alarm_pct=scenario.config["fidelity"]["saturation_pct"])
     ctx = Context(scenario, fabric, scale, run_dir, testbeds=series)

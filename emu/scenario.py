@@ -61,6 +61,12 @@ COMMON: Schema = {
         "congestion": Field(str, "cubic", "TCP congestion control of every flow (the "
                             "machine's default would leak in otherwise); dctcp only where "
                             "the kernel has it", choices=list(dataplane.CONGESTION_CONTROLS)),
+        "panel": Field(str, "auto", "the OCS patch panel of the linux data plane: 'bpf' "
+                       "(a tc BPF program whose map holds each circuit's switch times: "
+                       "the kernel times dark windows and schedules), 'mirred' (a tc "
+                       "filter per circuit, changed when the controller's process wakes "
+                       "up), or 'auto' (bpf where it loads, else mirred, saying why)",
+                       choices=["auto", "bpf", "mirred"]),
         "engine": Field(str, "emulate", "'emulate': a testbed with real TCP (root); 'model': "
                       "the flow-level model of the same flows on the same fabric "
                       "(traffic.model: max-min fair rates, no root, any scale)",

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Callable, Dict, List, Optional, Tuple
 
 from topologies import (fattree, fattree_os, hpn, hybrid, leafspine, rail_fabric, rail_only,
-                        railfly, rfabric, roft, sip_ocs, zcube)
+                        railfly, rfabric, roft, rotor, sip_ocs, zcube)
 from topologies.counts import FabricCounts
 from topologies.fabric import Fabric, FabricError
 
@@ -65,6 +65,7 @@ FABRICS: Dict[str, FabricEntry] = {
     "zcube": _module_entry(zcube),
     "railfly": _module_entry(railfly),
     "rail-fabric": _module_entry(rail_fabric),
+    "rotor": _module_entry(rotor),
 }
 
 

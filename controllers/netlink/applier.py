@@ -20,7 +20,9 @@ Route                           ``dst/32``, one ``nexthop via GATEWAY dev port
                                 no port: a blackhole route
 Lightpath lit / dark            a catch-all u32 filter on the ingress of each port,
                                 ``mirred egress redirect`` to the other / removed;
-                                one message each (`controllers.netlink.patch`)
+                                one message each (`controllers.netlink.patch`);
+                                with the BPF panel, the port's entry in the OCS's
+                                map (`controllers.netlink.bpfpanel`)
 PinHop / UnpinHop               ``ip rule from src to dst lookup T`` with table T
                                 routing dst by the pinned port / both removed
 ==============================  ==================================================
@@ -34,6 +36,10 @@ neighbour behind a fabric port never depends on which router a circuit leads
 to: a reconfiguration rewrites routes only.  The sockets are anything with
 pyroute2's ``IPRoute`` methods; unit tests give a recording fake.
 
+An OCS attached with the BPF panel also takes a reconfiguration as one timed
+write (`timed_circuits`) and cyclic schedules (`set_schedule`), which the
+ToRs follow through their time-flow tables.
+
 `counters` is asked for from another control connection (the load sampler,
 twice a second) while `apply` runs, so it reads through a socket of each
 namespace that nothing else uses (`controllers.netlink.linkstats.LinkStats`).
@@ -44,8 +50,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Dict, List, Optional, Set, Tuple
 
+from controllers.bpf import entry as circuits_in_kernel
 from controllers.intents import Batch, Intent, Lightpath, PinHop, Reset, Route, UnpinHop
 from controllers.netlink.routes import NextHop, RouteSpec
 from topologies.fabric import HOST, OCS, Fabric
@@ -92,14 +100,17 @@ class NetlinkApplier:
         self.lookups: Dict[str, object] = {}          # router -> RouteLookup
         self.writers: Dict[str, object] = {}          # router -> RouteWriter (fast path)
         self.stats: Dict[str, object] = {}            # switch -> LinkStats (counters only)
+        self.timeflows: Dict[str, object] = {}        # ToR -> factory of its TimeflowTable
+        self.tables: Dict[str, object] = {}           # ToR -> TimeflowTable, once scheduled
         self.indexes: Dict[str, Dict[int, int]] = {}  # switch -> port -> ifindex
         self.ready: set = set()
+        self.panel_note = ""      # why an OCS runs the mirred panel, if one does
         self.errors: List[str] = []
         self._locks: Dict[str, threading.Lock] = {}
 
     # ------------------------------------------------------------ namespaces
     def attach(self, switch: str, socket, patch=None, lookup=None, writer=None,
-               stats=None) -> None:
+               stats=None, timeflow=None) -> None:
         """Take the route socket of a switch's namespace and learn its ports; an
         OCS may come with a `controllers.netlink.patch.PatchSocket`, which then
         lights and tears its circuits, and a router with a
@@ -107,7 +118,8 @@ class NetlinkApplier:
         a `controllers.netlink.routes.RouteWriter`, which then writes its
         destination routes a batch at a time; any switch with a
         `controllers.netlink.linkstats.LinkStats`, which then reads its
-        counters."""
+        counters; a router with ``timeflow``, a callable that makes its
+        `controllers.netlink.bpfpanel.TimeflowTable` when a schedule needs it."""
         if switch not in self.fabric.switches:
             raise NetlinkError(f"{switch!r} is not a switch of {self.fabric.name}")
         ports = {}
@@ -126,6 +138,8 @@ class NetlinkApplier:
             self.writers[switch] = writer
         if stats is not None:
             self.stats[switch] = stats
+        if timeflow is not None:
+            self.timeflows[switch] = timeflow
         self.indexes[switch] = ports
         self._locks[switch] = threading.Lock()
 
@@ -381,11 +395,104 @@ class NetlinkApplier:
             if qdiscs:
                 sock.tc("del", "ingress", index)
             sock.tc("add", "ingress", index)
+        patch = self.patches.get(switch)
+        if getattr(patch, "kernel_timed", False):
+            patch.attach_ports(sorted(self.indexes[switch].values()))
+
+    # ------------------------------------------------------------ kernel-timed circuits
+    def kernel_timed(self, ocs: str) -> bool:
+        """Whether this OCS's circuits are timed by the kernel (the BPF panel)."""
+        return getattr(self.patches.get(ocs), "kernel_timed", False)
+
+    def panel(self) -> dict:
+        """Which patch panel each OCS runs: ``{ocs: "bpf" | "mirred" | "pyroute2"}``."""
+        return {ocs: getattr(self.patches.get(ocs), "kind", "mirred" if ocs in self.patches
+                             else "pyroute2")
+                for ocs in sorted(self.indexes) if self.fabric.kind(ocs) == OCS}
+
+    def timed_circuits(self, ocs: str, tear: List[Lightpath], light: List[Lightpath],
+                       delay_s: float, lead_s: Optional[float] = None
+                       ) -> Tuple[float, float, Tuple[float, float]]:
+        """A reconfiguration as one write of the OCS's map, anchored by the
+        kernel (`BpfPatchPanel.timed`): the torn circuits go dark ``lead_s``
+        after the anchor, the new ones light ``delay_s`` after that.  Returns
+        (dark from, lit at) in epoch seconds, as the kernel holds them, and
+        the epoch times around the write and anchoring."""
+        from controllers.netlink.bpfpanel import DEFAULT_LEAD_S
+
+        patch = self.patches[ocs]
+        lead_s = DEFAULT_LEAD_S if lead_s is None else lead_s
+        index = self.indexes[ocs]
+        dark_at = int(round(lead_s * 1e9))               # from the anchor
+        lit_at = dark_at + int(round(delay_s * 1e9))
+        peer_now: Dict[int, int] = {}
+        peer_next: Dict[int, int] = {}
+        for intents, peers in ((tear, peer_now), (light, peer_next)):
+            for path in intents:
+                peers[index[path.a]] = index[path.b]
+                peers[index[path.b]] = index[path.a]
+        changes = {port: circuits_in_kernel.arming(
+                       peer_now.get(port, 0), dark_at if port in peer_now else 0,
+                       peer_next.get(port, 0),
+                       lit_at if port in peer_next else circuits_in_kernel.FOREVER)
+                   for port in set(peer_now) | set(peer_next)}
+        with self._locks[ocs]:
+            before = time.time()
+            anchor = patch.timed(changes)
+            written = (before, time.time())
+        return patch.clock.to_epoch(anchor + dark_at), patch.clock.to_epoch(anchor + lit_at), \
+            written
+
+    def set_schedule(self, ocs_entries: Dict[str, Dict[int, object]],
+                     tor_entries: Dict[str, Dict[int, object]]) -> Tuple[float, float]:
+        """Write cyclic entries (`controllers.schedule`) into each OCS's map and
+        each ToR's time-flow table; the epoch times around the OCS writes."""
+        for ocs in ocs_entries:
+            if not self.kernel_timed(ocs):
+                raise NetlinkError(f"{ocs}: schedules need the BPF patch panel "
+                                   f"(this OCS runs the {self.panel().get(ocs)} one)")
+        for tor in tor_entries:
+            if tor not in self.tables:
+                if tor not in self.timeflows:
+                    raise NetlinkError(f"{tor}: no time-flow table for this switch")
+                self.tables[tor] = self._open_timeflow(tor)
+            self.tables[tor].write(tor_entries[tor])
+        windows = []
+        for ocs, changes in ocs_entries.items():
+            with self._locks[ocs]:
+                windows.append(self.patches[ocs].schedule(changes))
+        if not windows:
+            now = time.time()
+            return now, now
+        return min(w[0] for w in windows), max(w[1] for w in windows)
+
+    def clear_schedule(self) -> None:
+        """ToRs route by their kernel tables again (their maps emptied)."""
+        for table in self.tables.values():
+            table.write({})
+
+    def _open_timeflow(self, tor: str):
+        """The ToR's time-flow programs on its ports: host ports look up the
+        slot's uplink, uplinks drop frames meant for other ToRs."""
+        from controllers.netlink.bpfpanel import HOST_PORT_PROGRAM, UPLINK_PROGRAM
+
+        sock = self.sockets[tor]
+        table = self.timeflows[tor]()
+        hosts, uplinks = [], []
+        for port, index in sorted(self.indexes[tor].items()):
+            qdiscs = [q for q in sock.get_qdiscs(index) if q.get_attr("TCA_KIND") == "ingress"]
+            if not qdiscs:
+                sock.tc("add", "ingress", index)
+            (hosts if self._peer_is_host(tor, port) else uplinks).append(index)
+        table.attach(hosts, HOST_PORT_PROGRAM)
+        table.attach(uplinks, UPLINK_PROGRAM)
+        return table
 
     # ------------------------------------------------------------ queries
     def status(self) -> dict:
         return {"connected": sorted(self.sockets), "ready_switches": sorted(self.ready),
-                "errors": list(self.errors)}
+                "errors": list(self.errors), "panel": self.panel(),
+                "panel_note": self.panel_note}
 
     def counters(self) -> Dict[str, Dict[int, dict]]:
         """Every attached switch's port counters, from the kernel's link statistics.
@@ -459,7 +566,7 @@ class NetlinkApplier:
     def close(self) -> None:
         for sock in list(self.sockets.values()) + list(self.patches.values()) + \
                 list(self.lookups.values()) + list(self.writers.values()) + \
-                list(self.stats.values()):
+                list(self.stats.values()) + list(self.tables.values()):
             try:
                 sock.close()
             except Exception:      # closing on the way out: nothing left to protect
@@ -469,4 +576,5 @@ class NetlinkApplier:
         self.lookups.clear()
         self.writers.clear()
         self.stats.clear()
+        self.tables.clear()
 

@@ -26,6 +26,7 @@ from typing import Dict, List, Tuple
 from controllers.control import ControlServer
 from controllers.netlink import namespaces
 from controllers.netlink.applier import NetlinkApplier
+from controllers.netlink.bpfpanel import BpfPatchPanel, TimeflowTable, load_program
 from controllers.netlink.events import LinkWatcher, is_up
 from controllers.netlink.linkstats import LinkStats
 from controllers.netlink.lookup import RouteLookup
@@ -36,6 +37,7 @@ from topologies.fabric import Fabric
 
 LOG = logging.getLogger("fabric.netlink.daemon")
 EXIT_HANDLER_FAILED = 70
+PANELS = ("auto", "bpf", "mirred")
 
 
 class KernelPlane:
@@ -43,14 +45,16 @@ class KernelPlane:
 
     def __init__(self, fabric: Fabric, tdf: float = 1.0, route_socket=None, event_socket=None,
                  patch_socket=None, lookup_socket=None, writer_socket=None,
-                 stats_socket=None):
+                 stats_socket=None, panel: str = "auto"):
+        if panel not in PANELS:
+            raise ValueError(f"panel {panel!r}: allowed {', '.join(PANELS)}")
+        self.panel = panel
         self.fabric = fabric
         self.applier = NetlinkApplier(fabric)
         self.service = FabricService(fabric, self.applier, tdf=tdf)
         self.route_socket = route_socket or namespaces.route_socket
         self.event_socket = event_socket or namespaces.link_event_socket
-        self.patch_socket = patch_socket or (
-            lambda pid: PatchSocket(namespaces.netlink_socket(pid)))
+        self.patch_socket = patch_socket or self._patch_panel
         self.lookup_socket = lookup_socket or (
             lambda pid: RouteLookup(namespaces.netlink_socket(pid)))
         self.writer_socket = writer_socket or (
@@ -59,6 +63,29 @@ class KernelPlane:
             lambda pid: LinkStats(namespaces.netlink_socket(pid)))
         self.watcher = LinkWatcher(self.applier.port_of, self._ports_changed)
         self._attached = threading.Lock()
+
+    def _patch_panel(self, pid: int):
+        """The BPF panel where it loads (``auto``, ``bpf``), else the mirred one:
+        ``auto`` falls back and says why (status ``panel_note``, the log)."""
+        if self.panel != "mirred":
+            from controllers.bpf.libbpf import PanelError
+
+            try:
+                program = load_program()      # before a socket exists that it would leak
+            except (PanelError, OSError) as exc:
+                if self.panel == "bpf":
+                    raise
+                note = (f"the BPF patch panel did not load ({exc}); using the mirred panel: "
+                        "dark windows are timed by the controller's process")
+                if not self.applier.panel_note:
+                    LOG.warning("%s", note)
+                self.applier.panel_note = note
+            else:
+                return BpfPatchPanel(namespaces.netlink_socket(pid), obj=program)
+        return PatchSocket(namespaces.netlink_socket(pid))
+
+    def _timeflow(self, pid: int):
+        return lambda: TimeflowTable(namespaces.netlink_socket(pid))
 
     def handle(self, request: dict) -> dict:
         if request.get("op") == "attach":
@@ -77,7 +104,8 @@ class KernelPlane:
                                 patch=self.patch_socket(pids[switch]) if ocs else None,
                                 lookup=None if ocs else self.lookup_socket(pids[switch]),
                                 writer=None if ocs else self.writer_socket(pids[switch]),
-                                stats=self.stats_socket(pids[switch]))
+                                stats=self.stats_socket(pids[switch]),
+                                timeflow=None if ocs else self._timeflow(pids[switch]))
         # Subscribe before reading the ports' state, so no change falls between.
         events = {switch: self.event_socket(pids[switch]) for switch in self.fabric.switches}
         for switch in self.fabric.switches:
@@ -114,12 +142,13 @@ class KernelPlane:
         self.applier.close()
 
 
-def serve(fabric_path: str, socket_path: str, tdf: float, stop: threading.Event) -> None:
+def serve(fabric_path: str, socket_path: str, tdf: float, stop: threading.Event,
+          panel: str = "auto") -> None:
     """Run the kernel data plane's controller until ``stop`` is set, or until the
     runner that started it is gone (a killed run: its network goes with it)."""
     with open(fabric_path) as stream:
         fabric = Fabric.from_json(stream.read())
-    plane = KernelPlane(fabric, tdf=tdf)
+    plane = KernelPlane(fabric, tdf=tdf, panel=panel)
     server = ControlServer(socket_path, plane.handle)
     server.start()
     LOG.info("fabric %s: %d routers, %d patch panels; control channel %s", fabric.name,

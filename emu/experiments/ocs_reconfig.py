@@ -11,6 +11,19 @@ probes never arrived, to one probe period (0.1 ms at the default 10,000
 pkt/s).  The gap between arrivals is reported too: it also holds changes in
 queueing across the loss.  Outside the reconfigurations, the probe's
 inter-arrival times show the data plane's jitter (P99.9 and max).
+
+On the ``linux`` data plane with the BPF patch panel, the kernel times the
+dark window itself, down to RotorNet's 10 us, which a 10,000 pkt/s probe
+cannot resolve.  So each preset is also timed on the OCS's own ports
+(`emu.live.panelprobe`), in a second pass after the traffic: minimum-size
+frames into both of the first ToR's OCS ports at ``panel_probe_pps`` (one
+frame per port every 2/pps s), captured in the OCS's namespace as they come
+in and go out.  The port torn goes dark and the port lit comes back; those
+two edges, each placed in the middle of the gap between the frames around
+it, give the dark window at the OCS, compared with the times the kernel
+held.  A pass of its own because the probe's sender busy-waits on a core:
+beside the TCP stream, on two cores, it starved the other instruments (the
+UDP probe missed whole windows) and was starved in turn (gaps of 0.7 ms).
 """
 
 from __future__ import annotations
@@ -25,6 +38,8 @@ from emu.schema import Field
 from topologies import hybrid
 from traffic.measure import pcap, probes
 from emu.live.capture import Capture
+from emu.live.panelprobe import PanelProbe
+from traffic.measure import darkwindow
 from emu.live.probe import Probe
 from emu.live.replay import FlowResult, Stream
 
@@ -43,7 +58,12 @@ FIELDS = {
     "src": Field(str, "h1", "sending host"),
     "dst": Field(str, "", "receiving host; empty = first host on another ToR"),
     "bin_ms": Field(float, 50.0, "throughput timeline bin", minimum=1.0, maximum=10000.0),
+    "panel_probe_pps": Field(int, 100000, "BPF panel only: frames per second into the OCS's "
+                             "ports to time each dark window there (0: off); the edges' "
+                             "resolution is 2/pps (two ports)", minimum=0, maximum=400000),
 }
+PANEL_PROBE_MAX_DELAY_S = 5.0     # longer windows are timed well enough by the UDP probe
+PANEL_PROBE_MARGIN_S = 0.15       # probe time before and after a window
 CIRCUIT_SETS = ("ring", "ring-reverse")
 PROBE_PORT, TCP_PORT = 5301, 5302
 
@@ -122,6 +142,7 @@ def run(ctx: Context) -> Outcome:
         if probe is not None:
             probe.stop()
         capture.stop()
+    current = _time_each_preset_at_ocs(ctx, presets, delays_s, events, current)
     for stream, result in zip(streams, results):
         row = FlowResult(id=stream.name, src=src, dst=dst, bytes=0, step=None, group="stream")
         row.fill(result)
@@ -131,6 +152,66 @@ def run(ctx: Context) -> Outcome:
             outcome.warnings.append(f"{stream.name} stream: {row.error}")
     _analyse(ctx, outcome, capture.path, events, src, dst, s)
     return outcome
+
+
+def _time_each_preset_at_ocs(ctx, presets, delays_s, events, current) -> int:
+    """The quiet pass: each preset once more, timed on the OCS's ports (its
+    event gets ``ocs_ports``); returns the circuit set left lit."""
+    if not ctx.settings["panel_probe_pps"] or ctx.bed.panel_kind.get("o1") != "bpf":
+        return current
+    progress = ctx.progress("dark windows timed at the OCS")
+    for index, preset in enumerate(presets):
+        probe = _panel_probe(ctx, index, delays_s[index])
+        if probe is None:
+            continue
+        current = 1 - current
+        circuits = sorted(hybrid.circuit_set(ctx.fabric, CIRCUIT_SETS[current]))
+        args = {"technology": preset}
+        if preset == "custom":
+            args["delay_ms"] = ctx.settings["custom_delay_ms"]
+        try:
+            result = ctx.bed.reconfigure("o1", circuits, timeout_s=60 + delays_s[index] * 2,
+                                         **args)
+        except BaseException:
+            probe.stop()
+            raise
+        events[index][1]["ocs_ports"] = _time_at_ocs(probe, result)
+        progress(index + 1, len(presets))
+    return current
+
+
+def _panel_probe(ctx, index, delay_s):
+    """The OCS-port probe of one reconfiguration, started (None where it cannot run)."""
+    pps = ctx.settings["panel_probe_pps"]
+    if not pps or ctx.bed.panel_kind.get("o1") != "bpf" or delay_s > PANEL_PROBE_MAX_DELAY_S:
+        return None
+    tor = ctx.fabric.peer("o1", 1)[0]
+    ports = [p for p in sorted(ctx.fabric.ports_of("o1")) if ctx.fabric.peer("o1", p)[0] == tor]
+    probe = PanelProbe(ctx.bed, "o1", ports, 2 * PANEL_PROBE_MARGIN_S + delay_s + 0.05, pps,
+                       name=f"o1-ports-{index + 1}").start(ctx.captures_dir)
+    time.sleep(PANEL_PROBE_MARGIN_S)   # frames before the tear: the pass->drop edge
+    return probe
+
+
+def _time_at_ocs(probe, result) -> dict:
+    """The dark window as the OCS's ports saw it, against the kernel's written times."""
+    edges = probe.finish()
+    dark_ns = int(round(result["dark_from"] * 1e9))
+    lit_ns = dark_ns + int(round(result["dark_s"] * 1e9))
+    slack = int(max(0.005, result["dark_s"]) * 1e9)
+    window = darkwindow.window_between(edges, dark_ns, lit_ns, slack)
+    if window is None:
+        return {"measured": False, "edges_count": len(edges), "pcap": probe.capture.path.name,
+                "capture": probe.capture.summary, "sender": probe.output[-1:]}
+    return {"measured": True, "dark_us": window.duration_ns / 1e3,
+            "error_us": (window.duration_ns - (lit_ns - dark_ns)) / 1e3,
+            "start_error_us": (window.start.at_ns - dark_ns) / 1e3,
+            "end_error_us": (window.end.at_ns - lit_ns) / 1e3,
+            "resolution_us": window.resolution_ns / 1e3,
+            "torn_port": probe.port_name(window.start.ifindex),
+            "lit_port": probe.port_name(window.end.ifindex),
+            "pcap": probe.capture.path.name, "capture": probe.capture.summary,
+            "sender": probe.output[-1:]}
 
 
 def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
@@ -174,6 +255,8 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
             "recovery_ms": recovery * 1000 if recovery is not None else None,
             "goodput_before_mbps": before_mbps,
             "goodput_after_mbps": after_mbps,
+            "kernel_timed": bool(result.get("kernel_timed")),
+            **_ocs_columns(result.get("ocs_ports")),
         })
         dark.append({"start": stamps["torn"] - t0, "end": stamps["lit"] - t0, "label": preset})
         if gap is None:
@@ -185,6 +268,7 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
     outcome.timeline = {"t0": t0, "series": series, "dark_windows": dark}
     errors = [abs(r["error_ms"]) for r in rows if r["error_ms"] is not None
               and r["injected_ms"] >= 1.0]
+    at_ocs = [abs(r["ocs_error_us"]) for r in rows if r.get("ocs_error_us") is not None]
     quiet = quiet_interarrivals(probe_ts, [(e[1]["timestamps"]["start"] - QUIET_MARGIN_S,
                                             e[1]["timestamps"]["routes_restored"] + QUIET_AFTER_S)
                                            for e in events])
@@ -197,7 +281,21 @@ def _analyse(ctx, outcome, pcap_path, events, src, dst, s):
         "probe_interarrival_max_ms": max(quiet) * 1000 if quiet else None,
         "blackout_error_mean_ms": sum(errors) / len(errors) if errors else None,
         "blackout_error_worst_ms": max(errors) if errors else None,
+        "ocs_dark_error_mean_us": sum(at_ocs) / len(at_ocs) if at_ocs else None,
+        "ocs_dark_error_worst_us": max(at_ocs) if at_ocs else None,
     }
+
+
+def _ocs_columns(measured) -> dict:
+    """The OCS-port timing's columns of a reconfiguration row (none if not timed)."""
+    if not measured:
+        return {}
+    if not measured["measured"]:
+        return {"ocs_dark_us": None, "ocs_error_us": None}
+    return {"ocs_dark_us": measured["dark_us"], "ocs_error_us": measured["error_us"],
+            "ocs_start_error_us": measured["start_error_us"],
+            "ocs_end_error_us": measured["end_error_us"],
+            "ocs_resolution_us": measured["resolution_us"]}
 
 
 # Bytes a datagram or segment adds on the wire, as the links' shapers count

@@ -36,6 +36,10 @@ class Capture:
     interface: str
     host: Optional[str] = None
     bpf: str = "ip"
+    # -U: each packet written as it comes (a reader can follow the file); a
+    # probe of 100,000 frames a second turns it off: a write per frame.
+    flush_each: bool = True
+    linktype: Optional[str] = None      # tcpdump -y (LINUX_SLL2 for -i any: interface and direction)
     path: Path = None
     _proc: Optional[subprocess.Popen] = None
     _stderr: List[str] = field(default_factory=list)
@@ -53,9 +57,11 @@ class Capture:
         # --immediate-mode: otherwise tcpdump (TPACKET_V3) hands packets over a
         # block at a time, up to a second late, and those of the last second
         # before stop() are lost with the block.
-        args = ["tcpdump", "-i", self.interface, "-w", str(self.path), "-U", "-n",
-                "--immediate-mode", "-s", str(SNAPLEN), "-B", "8192",
-                "--time-stamp-precision=nano"] + self.bpf.split()
+        args = ["tcpdump", "-i", self.interface, "-w", str(self.path)] + \
+            (["-U"] if self.flush_each else []) + \
+            (["-y", self.linktype] if self.linktype else []) + \
+            ["-n", "--immediate-mode", "-s", str(SNAPLEN), "-B", "8192",
+             "--time-stamp-precision=nano"] + self.bpf.split()
         kwargs = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if self.host is None:
             self._proc = subprocess.Popen(args, start_new_session=True, **kwargs)

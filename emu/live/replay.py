@@ -594,7 +594,7 @@ class Stream:
 
     def __init__(self, bed, src: str, dst: str, duration_s: float, port: int,
                  udp: bool = False, rate_mbps: float = 0.0, blksize: int = 0,
-                 pacing_us: int = 0, name: str = "stream"):
+                 pacing_us: int = 0, name: str = "stream", congestion: str = ""):
         self.name = name
         ip = bed.fabric.graph.nodes[dst]["ip"]
         listening = threading.Event()
@@ -616,8 +616,8 @@ class Stream:
             args += ["--blksize", str(blksize)]
         if pacing_us:
             args += ["--pacing-us", str(pacing_us)]
-        if not udp and bed.congestion:
-            args += ["--congestion", bed.congestion]
+        if not udp and (congestion or bed.congestion):
+            args += ["--congestion", congestion or bed.congestion]
         self.client = bed.popen(src, args, f"iperf3 client {name}", stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 

@@ -59,7 +59,7 @@ class TestbedSeries:
 
     def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print,
                  dataplane: str = "auto", congestion: str = "cubic", ecmp_seed: int = 1,
-                 feed: Optional[RunFeed] = None, cpu_alarm_pct: Optional[float] = None):
+                 panel: str = "auto", feed: Optional[RunFeed] = None, cpu_alarm_pct: Optional[float] = None):
         self.run_dir = Path(run_dir)
         self.feed = feed if feed is not None else RunFeed()
         # The fidelity check judges CPU at the run's end; a watcher is told at
@@ -68,6 +68,7 @@ class TestbedSeries:
         self._alarmed = False
         self.dataplane = dataplane
         self.congestion = congestion
+        self.panel = panel
         self.ecmp_seed = ecmp_seed
         self.description = description
         self.log = log
@@ -107,7 +108,7 @@ class TestbedSeries:
         try:
             bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
                                               description=description, dataplane=self.dataplane,
-                                              congestion=self.congestion,
+                                              congestion=self.congestion, panel=self.panel,
                                               ecmp_seed=self.ecmp_seed, feed=self.feed),
                               lock_wait_s)
         except BaseException:

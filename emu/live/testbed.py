@@ -156,13 +156,19 @@ class Testbed:
     def __init__(self, fabric: Fabric, scale: Scale, run_dir: Path,
                  log: Callable[[str], None] = print, description: str = "",
                  mtu: int = DEFAULT_MTU, dataplane: str = planes.AUTO,
-                 congestion: str = "cubic", ecmp_seed: int = 1, feed: Optional[RunFeed] = None):
+                 congestion: str = "cubic", ecmp_seed: int = 1, feed: Optional[RunFeed] = None,
+                 panel: str = "auto"):
         self.mtu = mtu
         # What the run tells its watchers (`emu.live.feed`); one that records
         # nowhere when the caller gave none, so emitting is always safe.
         self.feed = feed if feed is not None else RunFeed()
         self.asked_dataplane = dataplane
         self.congestion = congestion
+        # The OCS patch panel on the linux data plane (`controllers.netlink.bpfpanel`):
+        # asked for, then what the controller runs (``panel_kind``) and why.
+        self.panel = panel
+        self.panel_kind: Dict[str, str] = {}
+        self.panel_note = ""
         # Flows' ports and the routers' multipath hash key come from it, so
         # a run's ECMP paths repeat (`traffic.ports`); 0: the kernel's own.
         self.ecmp_seed = ecmp_seed
@@ -235,7 +241,7 @@ class Testbed:
         env = dict(os.environ, PYTHONPATH=repo_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         args = [sys.executable, "-m", "controllers.launcher", "--fabric", fabric_path,
                 "--socket", self.socket_path, "--tdf", repr(self.scale.tdf),
-                "--dataplane", self.dataplane.kind]
+                "--dataplane", self.dataplane.kind, "--panel", self.panel]
         if self.dataplane.kind == planes.OVS:
             self.ofp_port = free_loopback_port()
             args += ["--ofp-port", str(self.ofp_port), "--dataplane-sync"]
@@ -455,6 +461,16 @@ class Testbed:
 
         wait_until(ready, SWITCHES_READY_TIMEOUT_S, "every switch to be programmed",
                    interval_s=0.1, detail=detail)
+        status = self.control.call("status")
+        self.panel_kind = status.get("panel") or {}
+        self.panel_note = status.get("panel_note") or ""
+        if self.panel_kind:
+            kinds = sorted(set(self.panel_kind.values()))
+            self.log(f"OCS patch panel: {', '.join(kinds)}"
+                     + (" (dark windows timed by the kernel)" if kinds == ["bpf"] else ""))
+        if self.panel_note:
+            self.log(f"warning: {self.panel_note}")
+            self.warnings.append(self.panel_note)
 
     def _stop_network(self) -> None:
         if self.net is None:
@@ -585,6 +601,19 @@ class Testbed:
             self.refresh_host_routes()
         return result
 
+    def schedule(self, schedule: dict, start_in_s: float = 0.05) -> dict:
+        """Start a cyclic OCS schedule (`controllers.schedule`: slot and guard in
+        real microseconds, dilated by the scale's tdf); the controller's reply
+        says when slot 0 starts (``epoch``, epoch seconds) and its emulated
+        slot and guard.  Needs the linux data plane's BPF panel."""
+        self.check_controller()
+        return self.control.call("schedule", schedule=schedule, start_in_s=start_in_s)
+
+    def stop_schedule(self) -> dict:
+        """The OCSes back to their steady circuits."""
+        self.check_controller()
+        return self.control.call("schedule", stop=True)
+
     # ------------------------------------------------------------ records
     def describe(self) -> dict:
         """What ``result.json`` records of the data plane and the software."""
@@ -592,6 +621,8 @@ class Testbed:
         return {"dataplane": plane.kind, "dataplane_reason": plane.choice.reason,
                 "datapath": plane.datapath, "netem": plane.netem,
                 "congestion_control": self.congestion,
+                "ocs_panel": sorted(set(self.panel_kind.values())) or None,
+                "ocs_panel_note": self.panel_note or None,
                 "ecmp_seed": self.ecmp_seed,
                 # None: the kernel's own random key (seed 0, or a kernel
                 # without the setting; OVS hashes with a fixed one).

@@ -18,6 +18,7 @@ from emu.report.markdown import REPORT_FILE, render_markdown
 from emu.report.pd_plots import write_pd_plots
 from emu.report.plots import STEPS_PNG, TIMELINE_PNG, plot_steps, plot_timeline
 from emu.report.rl_plots import write_rl_plots
+from emu.report.rotor_plots import write_rotor_plots
 from emu.report.scale_plots import write_scale_plots
 from traffic.scale import Scale
 
@@ -34,6 +35,7 @@ def write_plots(result: dict, run_dir: Path, scale: Scale) -> List[Path]:
     plots += write_pd_plots(result, run_dir)
     plots += write_fabric_plots(result, run_dir)
     plots += write_scale_plots(result, run_dir)
+    plots += write_rotor_plots(result, run_dir)
     return plots
 
 

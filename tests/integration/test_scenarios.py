@@ -77,6 +77,12 @@ def test_ocs_reconfig_end_to_end(tmp_path, dataplane):
         rows = _ocs_reconfig_rows(tmp_path / "again", dataplane)
     for row in rows:
         assert within(row), row
+        if dataplane == "linux":
+            # The BPF panel's window, timed on the OCS's own ports in the quiet
+            # pass: within 50 us of the kernel's, or of the probe's own gap
+            # where its sender stalled.
+            assert row["kernel_timed"] and row["ocs_dark_us"] is not None, row
+            assert abs(row["ocs_error_us"]) <= max(50.0, row["ocs_resolution_us"]), row
 
 
 def test_allreduce_end_to_end(tmp_path, dataplane):

@@ -13,7 +13,7 @@ RAIL_FABRIC_16 = ("rail-fabric,switches=8,downlinks=4,degree=2,d_degree=3,d_swit
 
 def test_every_name_has_one_entry_with_its_builder_and_where_it_has_them_its_counts():
     names = registry.names()
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 15
     assert catalog.names() == sorted(set(names) - {"fattree", "leafspine", "hybrid"})
     for name in catalog.names():
         entry = registry.FABRICS[name]

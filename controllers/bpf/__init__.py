@@ -1,0 +1,1 @@
+"""The BPF patch panel and time-flow table: tc programs whose dark windows the kernel times."""
