@@ -25,7 +25,7 @@ from typing import Dict, List, Tuple
 
 from controllers.control import ControlServer
 from controllers.netlink import namespaces
-from controllers.netlink.applier import NetlinkApplier
+from controllers.netlink.applier import NetlinkApplier, NetlinkError
 from controllers.netlink.bpfpanel import BpfPatchPanel, TimeflowTable, load_program
 from controllers.netlink.events import LinkWatcher, is_up
 from controllers.netlink.linkstats import LinkStats
@@ -109,7 +109,7 @@ class KernelPlane:
         # Subscribe before reading the ports' state, so no change falls between.
         events = {switch: self.event_socket(pids[switch]) for switch in self.fabric.switches}
         for switch in self.fabric.switches:
-            self.applier.start(switch, self.service.start(switch))
+            self._start(switch, pids[switch])
             self.watcher.watch(switch, events[switch], self._ports_up(switch))
         self.watcher.start()
         found_down = [(switch, port, False) for switch in self.fabric.switches
@@ -118,6 +118,24 @@ class KernelPlane:
             self._ports_changed(found_down)
         LOG.info("attached %d namespaces", len(pids))
         return {"attached": sorted(pids)}
+
+    def _start(self, switch: str, pid: int) -> None:
+        """Bring a switch to its start intents.  The BPF panel's program may load
+        and still not attach (a kernel without the bpf classifier refuses the
+        filter): with ``auto`` that OCS then runs the mirred panel, and says why."""
+        try:
+            self.applier.start(switch, self.service.start(switch))
+        except NetlinkError as exc:
+            patch = self.applier.patches.get(switch)
+            if self.panel != "auto" or not getattr(patch, "kernel_timed", False):
+                raise
+            note = (f"the BPF patch panel did not attach on {switch} ({exc}); using the "
+                    "mirred panel: dark windows are timed by the controller's process")
+            LOG.warning("%s", note)
+            self.applier.panel_note = note
+            patch.close()
+            self.applier.patches[switch] = PatchSocket(namespaces.netlink_socket(pid))
+            self.applier.start(switch, self.service.start(switch))
 
     def _ports_up(self, switch: str) -> Dict[int, bool]:
         sock = self.applier.sockets[switch]

@@ -764,3 +764,48 @@ def test_mirred_never_tries_the_bpf_panel(monkeypatch, opened):
 def test_an_unknown_panel_is_refused():
     with pytest.raises(ValueError, match=r"panel 'xdp': allowed auto, bpf, mirred"):
         KernelPlane(registry.build("hybrid"), panel="xdp")
+
+
+class RefusedPanel:
+    """A BPF panel whose program loaded but whose filter the kernel refuses."""
+    kernel_timed, kind = True, "bpf"
+
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def refusing_start(plane):
+    """The applier's start, refusing while the OCS runs the BPF panel."""
+    calls = []
+
+    def start(switch, intents):
+        calls.append(type(plane.applier.patches.get(switch)).__name__)
+        if getattr(plane.applier.patches.get(switch), "kernel_timed", False):
+            raise NetlinkError(f"{switch}: Reset: PanelAttachError: unknown filter kind bpf")
+    plane.applier.start = start
+    return calls
+
+
+def test_auto_falls_back_when_the_kernel_refuses_the_bpf_filter(opened):
+    plane = KernelPlane(registry.build("hybrid"), panel="auto")
+    refused = RefusedPanel()
+    plane.applier.patches["o1"] = refused
+    calls = refusing_start(plane)
+    plane._start("o1", 4242)
+    assert calls == ["RefusedPanel", "PatchSocket"], "tried, then started on the mirred panel"
+    assert refused.closed and isinstance(plane.applier.patches["o1"], PatchSocket)
+    assert opened[-1].pid == 4242
+    assert "did not attach on o1" in plane.applier.panel_note
+    assert "unknown filter kind bpf" in plane.applier.panel_note
+
+
+def test_bpf_does_not_fall_back_when_the_filter_is_refused(opened):
+    plane = KernelPlane(registry.build("hybrid"), panel="bpf")
+    plane.applier.patches["o1"] = RefusedPanel()
+    refusing_start(plane)
+    with pytest.raises(NetlinkError, match="unknown filter kind bpf"):
+        plane._start("o1", 1)
+    assert plane.applier.panel_note == "" and opened == []
