@@ -44,9 +44,9 @@ def ingress_filters(pid: int, dev: str) -> list:
 
 def timed_window(bed, directory, label, circuits, delay_ms):
     """One reconfiguration of port 1, timed on the OCS's ports: (window, written)."""
-    window = None
+    best, seen = None, []
     for attempt in range(PROBE_ATTEMPTS):
-        probe = PanelProbe(bed, "o1", [1], 0.25 + delay_ms / 1000, 100_000,
+        probe = PanelProbe(bed, "o1", [1], 0.5 + delay_ms / 1000, 100_000,
                            name=f"{label}-{attempt}").start(directory)
         time.sleep(0.1)
         result = bed.reconfigure("o1", circuits[attempt % 2], technology="custom",
@@ -55,10 +55,18 @@ def timed_window(bed, directory, label, circuits, delay_ms):
         dark_ns = int(round(result["dark_from"] * 1e9))
         lit_ns = dark_ns + int(round(result["dark_s"] * 1e9))
         window = darkwindow.window_between(edges, dark_ns, lit_ns, 5_000_000)
-        assert window is not None, f"no dark window of port 1 in {probe.capture.path}"
-        if window.resolution_ns <= GOOD_RESOLUTION_US * 1000:
+        arrived = [s.ts_ns for s in darkwindow.read_sightings(probe.capture.path)
+                   if not s.outgoing]
+        seen.append({"pcap": probe.capture.path.name, "edges": len(edges), "window": window,
+                     "dark_from_after_first_frame_ms":
+                     (dark_ns - min(arrived)) / 1e6 if arrived else None,
+                     "probe_ms": (max(arrived) - min(arrived)) / 1e6 if arrived else None})
+        if window is not None and (best is None or window.resolution_ns < best.resolution_ns):
+            best = window
+        if best is not None and best.resolution_ns <= GOOD_RESOLUTION_US * 1000:
             break
-    return window, result
+    assert best is not None, f"no dark window of port 1 in any attempt: {seen}"
+    return best, result
 
 
 def test_the_panel_runs_on_every_ocs_port_and_times_a_5_ms_window_and_a_schedule(tmp_path):
