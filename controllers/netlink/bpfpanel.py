@@ -95,8 +95,9 @@ class Clock:
     """Epoch seconds <-> the kernel's CLOCK_MONOTONIC nanoseconds.
 
     The offset is read as the narrowest of a few (epoch, monotonic, epoch)
-    samples, so it is good to a microsecond or so; NTP slewing the epoch
-    clock during a run would move it, which a testbed's run does not see."""
+    samples, so it is good to a microsecond or so.  Slewing moves both clocks
+    alike; a step of the epoch clock during a run (settimeofday, an NTP step)
+    would move the offset, and this one would not see it."""
 
     def __init__(self, samples: int = 20):
         best = None
