@@ -7,6 +7,8 @@ Every Mininet command works (``pingall``, ``h1 ping h2``, ``iperf``...), and:
     ocs                          list the OCS, their circuits and technology
     ocs set OCS a-b c-d ...      reconfigure, with the injected delay
     ocs preset OCS NAME [MS]     change the technology (NAME custom takes MS)
+    ocs rotor SLOT_US GUARD_US   the rotor fabric's rotors cycle (real us, dilated)
+    ocs stop                     the schedule stops; the circuits stay as listed
     fabric                       the fabric's summary and counts
     route SRC DST                the current shortest path(s)
     fail SWITCH | fail U V       a switch or a link goes down; the controller reroutes
@@ -127,7 +129,12 @@ class FabricCLI(CLI):
         """ocs                      list every OCS with its technology and circuits
         ocs set OCS a-b c-d ...  replace OCS's circuits (port pairs), with its delay
         ocs preset OCS NAME [MS] set the technology: rotornet, mems, piezo, lc,
-                                 robotic, or custom with a delay in ms"""
+                                 robotic, or custom with a delay in ms
+        ocs rotor SLOT_US GUARD_US  on the rotor fabric, every rotor steps through
+                                 its matchings: slots of SLOT_US, each dark for
+                                 GUARD_US first (real microseconds, dilated by the
+                                 scale's tdf; the kernel's BPF panel keeps time)
+        ocs stop                 stop the schedule: each OCS back to its listed circuits"""
         words = line.split()
         if not words:
             state = self.bed.control.call("state")
@@ -139,6 +146,29 @@ class FabricCLI(CLI):
                 pairs = " ".join(f"{a}-{b}" for a, b in circuits) or "(all dark)"
                 delay = f", {tech['delay_ms']} ms" if tech["name"] == "custom" else ""
                 print(f"{ocs}: {tech['name']}{delay}, radix {radix}: {pairs}")
+            if state.get("schedule"):
+                running = state["schedule"]
+                print(f"a schedule runs on {', '.join(running['ocs'])}: {running['slots']} "
+                      f"slots of {running['slot_emulated_s'] * 1000:g} ms, each dark "
+                      f"{running['guard_emulated_s'] * 1000:g} ms first (the circuits above "
+                      "hold when it stops)")
+            return
+        if words[0] == "rotor" and len(words) == 3:
+            try:
+                slot_us, guard_us = float(words[1]), float(words[2])
+            except ValueError:
+                raise UsageError("usage: ocs rotor SLOT_US GUARD_US (numbers, real us)") \
+                    from None
+            reply = self.bed.schedule({"rotor": True, "slot_us": slot_us,
+                                       "guard_us": guard_us})
+            print(f"rotors cycling: {reply['slots']} slots of "
+                  f"{reply['slot_emulated_s'] * 1000:g} ms emulated, each dark "
+                  f"{reply['guard_emulated_s'] * 1000:g} ms first (duty "
+                  f"{reply['duty_cycle']:.2f})")
+            return
+        if words == ["stop"]:
+            reply = self.bed.stop_schedule()
+            print("schedule stopped" if reply["stopped"] else "no schedule runs")
             return
         if words[0] == "set" and len(words) >= 2:
             result = self.bed.reconfigure(words[1], parse_circuits(words[2:]), timeout_s=600)
@@ -158,7 +188,8 @@ class FabricCLI(CLI):
             print(f"{words[1]}: {words[2]}, {result['delay_real_ms']:g} ms real, "
                   f"{result['delay_emulated_ms']:g} ms emulated")
             return
-        raise UsageError("usage: ocs | ocs set OCS a-b ... | ocs preset OCS NAME [MS]; "
+        raise UsageError("usage: ocs | ocs set OCS a-b ... | ocs preset OCS NAME [MS] | "
+                         "ocs rotor SLOT_US GUARD_US | ocs stop; "
                          f"presets: {', '.join(TECHNOLOGIES)}, custom")
 
     # ------------------------------------------------------------ fabric, route

@@ -250,6 +250,9 @@ def _header(snap: dict) -> str:
             clock += f" (forwarding in softirq {cpu['softirq_pct']:.0f} %)"
     if testbed is None:
         return f"<h3>waiting for a testbed</h3><p>{clock}</p>"
+    schedule = snap.get("schedule")
+    if schedule:
+        clock += f"; schedule running on {html.escape(schedule['text'])}"
     counts = testbed["counts"]
     label = f" ({html.escape(testbed['label'])})" if testbed["label"] else ""
     return (f"<h3 style='margin:4px 0'>{html.escape(testbed['fabric'])}{label}</h3>"

@@ -170,12 +170,13 @@ def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
     credits: Dict[str, dict] = {}
     warnings: List[str] = []
     cpu: Optional[dict] = None
+    schedule: Optional[dict] = None
     for event in events:
         kind = event["kind"]
         if kind == "testbed":
             picture = Picture.from_event(event)
             reconfigs, requests, credits, phases = {}, {}, {}, {}
-            last_load = iteration = None
+            last_load = iteration = schedule = None
         elif kind == "testbed-closed":
             picture = None
         elif kind == "load":
@@ -185,6 +186,12 @@ def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
         elif kind == "link":
             recent.append({"t": event["t"], "text": f"link {event['a']}-{event['b']} "
                                                     f"{'up' if event['up'] else 'down'}"})
+        elif kind == "schedule":
+            # The rotors' circuits change every slot, in the kernel, unannounced:
+            # the page says the schedule runs rather than drawing stale circuits.
+            schedule = None if event.get("stopped") else _schedule(event)
+            recent.append({"t": event["t"], "text": "schedule stopped" if schedule is None
+                           else f"schedule started: {schedule['text']}"})
         elif kind == "preset" and picture is not None:
             picture.technology[event["ocs"]] = event["technology"]
         elif kind == "iteration":
@@ -229,7 +236,18 @@ def _fold(events: List[dict], t: float, first: float, status: str) -> dict:
         "credits": _credits(credits, requests),
         "warnings": warnings[-WARNINGS_SHOWN:],
         "cpu": cpu,
+        "schedule": schedule,
     }
+
+
+def _schedule(event: dict) -> dict:
+    """A running cyclic schedule, as the page states it."""
+    slot_ms = event.get("slot_emulated_s", 0.0) * 1000
+    guard_ms = event.get("guard_emulated_s", 0.0) * 1000
+    ocs = list(event.get("ocs") or [])
+    text = (f"{', '.join(ocs)}: {event.get('slots')} slots of {slot_ms:g} ms, each dark "
+            f"{guard_ms:g} ms first (duty {event.get('duty_cycle', 0.0):.2f})")
+    return {"ocs": ocs, "slot_ms": slot_ms, "guard_ms": guard_ms, "text": text}
 
 
 def _circuit(picture: Picture, reconfigs: Dict[str, _Reconfig], recent: List[dict],

@@ -57,3 +57,34 @@ def test_lab_scenario_pings_every_connected_pair(tmp_path, dataplane):
     assert "networks_count = 2" in done.stdout, done.stdout
     assert "ping_loss_pct = 0" in done.stdout, done.stdout
     assert_no_leftovers()
+
+
+ROTOR_SCRIPT = """\
+ocs rotor 100 10
+ocs
+h1 ping -c 3 -i 0.2 h3
+ocs rotor 100 100
+ocs stop
+ocs stop
+h1 ping -c 2 h3
+"""
+
+
+def test_cli_runs_and_stops_a_rotor_schedule(tmp_path):
+    """The rotor fabric's schedule from the lab CLI (linux only: the BPF panel):
+    hosts on different ToRs still reach each other while the rotors cycle."""
+    script = tmp_path / "rotor.cli"
+    script.write_text(ROTOR_SCRIPT)
+    done = run_cli("lab", "--set", "fabric.spec=rotor,tors=4,hosts_per_tor=1",
+                   "--set", "scale.tdf=100", "--set", "dataplane=linux", "--cli",
+                   "--cli-script", str(script), "--out", str(tmp_path / "out"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "rotors cycling: 3 slots of 10 ms emulated, each dark 1 ms first (duty 0.90)" \
+        in out, out
+    assert "a schedule runs on o1, o2, o3: 3 slots of 10 ms" in out, out
+    errors = [line for line in out.splitlines() if line.startswith("*** ")]
+    assert len(errors) == 1 and "guard_us" in errors[0], errors
+    assert "schedule stopped" in out and "no schedule runs" in out, out
+    assert out.count(" received") == 2 and "3 received" in out and "2 received" in out, out
+    assert_no_leftovers()

@@ -541,3 +541,26 @@ def test_replay_errors_name_a_bad_file(tmp_path):
     (run_dir / EVENTS_FILE).write_text("\n".join(lines[:1] + ["{oops"] + lines[1:]) + "\n")
     with pytest.raises(ReplayError, match=re.escape(f"{run_dir / EVENTS_FILE}: line 2")):
         load_run(run_dir)
+
+
+def test_a_running_schedule_is_stated_and_its_end_too():
+    """Rotors change circuits every slot inside the kernel, with no event per
+    slot: the snapshot says a schedule runs, and the page's header says so."""
+    from emu.view.page import _header
+
+    events = [make_testbed("rotor,tors=4", RFABRIC_SCALE),
+              {"kind": "schedule", "t": T0 + 1.0, "epoch": T0 + 1.05, "slot_emulated_s": 0.2,
+               "guard_emulated_s": 0.02, "slots": 3, "duty_cycle": 0.9,
+               "ocs": ["o1", "o2", "o3"]},
+              {"kind": "schedule", "t": T0 + 9.0, "stopped": True}]
+    state = state_of(events)
+    running = state.snapshot(T0 + 2.0)
+    assert running["schedule"]["ocs"] == ["o1", "o2", "o3"]
+    assert running["schedule"]["text"] == \
+        "o1, o2, o3: 3 slots of 200 ms, each dark 20 ms first (duty 0.90)"
+    assert running["recent"][0]["text"].startswith("schedule started: o1, o2, o3")
+    assert "schedule running on o1, o2, o3: 3 slots of 200 ms" in _header(running)
+    stopped = state.snapshot(T0 + 9.5)
+    assert stopped["schedule"] is None and stopped["recent"][0]["text"] == "schedule stopped"
+    assert "schedule running" not in _header(stopped)
+    assert state.snapshot(T0 + 0.5)["schedule"] is None, "not before it started"
