@@ -207,6 +207,22 @@ def bisection(fabric: Fabric, half: Optional[Iterable] = None) -> float:
     return float(nx.maximum_flow_value(flow, "_source", "_sink"))
 
 
+def graph_diameter(count: int, edges) -> Optional[int]:
+    """Largest hop count between two of the nodes 0..count-1 joined by ``edges``
+    (pairs); None when some node cannot reach another."""
+    neighbours: Dict[int, Set[int]] = {n: set() for n in range(count)}
+    for a, b in edges:
+        neighbours[a].add(b)
+        neighbours[b].add(a)
+    worst = 0
+    for start in range(count):
+        dist = hop_distances(neighbours, start)
+        if len(dist) < count:
+            return None
+        worst = max(worst, max(dist.values()))
+    return worst
+
+
 def hop_distances(neighbours, start) -> Dict[object, int]:
     """BFS hop counts from ``start`` over an adjacency mapping (no graph needed,
     so full-scale fabrics are measured without building a networkx graph)."""

@@ -43,7 +43,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import networkx as nx
 
-from topologies.counts import FabricCounts, cable_modules, hop_distances
+from topologies.counts import FabricCounts, cable_modules, graph_diameter
 from topologies.fabric import (TEXT_GPUS_PER_SERVER, Circuit, Fabric, FabricError,
                                normalize_circuit)
 
@@ -198,17 +198,8 @@ def _tor_diameter(shape: Shape, name: str) -> int:
 
 
 def _graph_diameter(count: int, edges) -> int:
-    neighbours: Dict[int, Set[int]] = {n: set() for n in range(count)}
-    for a, b in edges:
-        neighbours[a].add(b)
-        neighbours[b].add(a)
-    worst = 0
-    for start in range(count):
-        dist = hop_distances(neighbours, start)
-        if len(dist) < count:
-            return -1
-        worst = max(worst, max(dist.values()))
-    return worst
+    found = graph_diameter(count, edges)
+    return -1 if found is None else found
 
 
 def counts(pods: int = 2, train_pods: int = 1, servers_per_pod: int = 4, gpus_per_server: int = 2,

@@ -44,9 +44,9 @@ and ``cost`` commands take it by name.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
-from topologies.counts import FabricCounts, cable_modules, hop_distances
+from topologies.counts import FabricCounts, cable_modules, graph_diameter
 from topologies.fabric import (TEXT_GPUS_PER_SERVER, Circuit, Fabric, FabricError, ScaleError,
                                normalize_circuit)
 
@@ -120,18 +120,9 @@ def matching_circuits(tors: int, index: int) -> Set[Circuit]:
 def _diameter(tors: int, rotors: int) -> Optional[int]:
     """Forwarding elements (ToRs) on the worst GPU pair's path over the initial
     circuits: ToR hops + 1, None when some ToRs are cut off from others."""
-    neighbours: Dict[int, List[int]] = {t: [] for t in range(tors)}
-    for pairs in matchings(tors)[:rotors]:
-        for a, b in pairs:
-            neighbours[a].append(b)
-            neighbours[b].append(a)
-    worst = 0
-    for start in range(tors):
-        dist = hop_distances(neighbours, start)
-        if len(dist) < tors:
-            return None
-        worst = max(worst, max(dist.values()))
-    return worst + 1
+    worst = graph_diameter(tors, [pair for pairs in matchings(tors)[:rotors]
+                                  for pair in pairs])
+    return None if worst is None else worst + 1
 
 
 def counts(tors: int = 4, hosts_per_tor: int = 1, rotors: int = 0, gbps: float = 400.0,

@@ -14,7 +14,6 @@ skipped, with the reason, without them.
 
 import errno
 import json
-import os
 import shutil
 import socket
 import struct
@@ -23,22 +22,12 @@ import time
 
 import pytest
 
-from controllers.bpf import build, entry, libbpf
+from controllers.bpf import entry, libbpf
 from controllers.bpf.entry import FOREVER, peer_at
 from controllers.bpf.libbpf import PanelError, PanelObject, stats
 
 OK, SHOT, REDIRECT = 0, 2, 7
 S, MS = 10**9, 10**6
-
-
-@pytest.fixture(scope="module")
-def object_file(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("loading BPF programs needs root")
-    try:
-        return build.build(output=tmp_path_factory.mktemp("bpf") / "panel.bpf.o")
-    except build.BuildError as exc:
-        pytest.skip(f"the BPF object cannot be built here: {exc}")
 
 
 def load(path) -> PanelObject:

@@ -13,7 +13,6 @@ the reason, without them.
 
 import errno
 import logging
-import os
 import struct
 import time
 from types import SimpleNamespace
@@ -24,7 +23,7 @@ from fakes import RecordingApplier
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
 from controllers import schedule as schedules
-from controllers.bpf import build, entry, libbpf
+from controllers.bpf import entry, libbpf
 from controllers.bpf.entry import ARMING, FOREVER, TIMED, Circuit, armed, arming, peer_at
 from controllers.bpf.libbpf import PanelError, PanelObject
 from controllers.intents import Lightpath, Reset
@@ -115,16 +114,6 @@ def test_arming_refuses_a_light_before_the_tear():
 
 
 # ------------------------------------------------------------------ arm, in the kernel
-@pytest.fixture(scope="module")
-def object_file(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("loading BPF programs needs root")
-    try:
-        return build.build(output=tmp_path_factory.mktemp("bpf") / "panel.bpf.o")
-    except build.BuildError as exc:
-        pytest.skip(f"the BPF object cannot be built here: {exc}")
-
-
 @pytest.fixture
 def panel(object_file):
     """A fresh object per test: fresh maps, armed_at zero."""

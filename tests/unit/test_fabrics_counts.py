@@ -35,6 +35,9 @@ SMALL = [
                                           "degree": 3}),
     ("rail-fabric", {"switches": 12, "downlinks": 4, "degree": 3, "fast_lanes": 2,
                      "d_switches": 4, "d_downlinks": 3, "d_degree": 4}),
+    ("rotor", {}), ("rotor", {"tors": 6, "hosts_per_tor": 2}), ("rotor", {"tors": 6, "rotors": 2}),
+    ("rotor", {"tors": 4, "rotors": 1, "hosts_per_tor": 3}), ("rotor", {"tors": 8, "hosts_per_tor": 9}),
+    ("rotor", {"tors": 16, "hosts_per_tor": 4, "gbps": 200.0}), ("rotor", {"tors": 10, "rotors": 5}),
 ]
 
 
