@@ -9,7 +9,7 @@ setup(
                  "of disaggregated LLM RL and prefill/decode inference"),
     packages=find_packages(include=["emu*", "controllers*", "topologies*", "traffic*"]),
     package_data={"emu": ["scenarios/*.toml"], "topologies": ["prices.toml"],
-                  "traffic": ["model/calibration.toml"]},
+                  "traffic": ["model/calibration.toml", "decode.toml"]},
     python_requires=">=3.10",
     install_requires=[
         "os-ken>=4.2",

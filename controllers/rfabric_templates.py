@@ -21,9 +21,21 @@ inter-pod-mesh      Train agg OCS and core planes 0..c-2, sized to      (a)
                     (DP is ToR-Agg-Core, Table 1)
 response-share      core plane c-1 as in rfabric's ``isolated`` core:   (c)
                     each Gen PoD's small share (one 400G circuit =
-                    0.4 Tb/s) to a Train ToR streams responses; and
-                    the Gen agg meshes
+                    0.4 Tb/s) to a Train ToR streams responses.  It
+                    rides the Gen agg OCS: those belong to the Gen
+                    phases that run beside it the whole step (P/D,
+                    a TP configuration), and every Gen agg template
+                    keeps each PoD's ToRs joined
 gen-isolated        Gen PoDs' agg OCS: isolated intra-PoD meshes        (c)
+                    (P/D KV bursts)
+gen-config          Gen PoDs' agg OCS sized to one TP configuration     (c)
+                    of OrchestrRL's generation (its switch's KV
+                    moves, its instances' decode rings across
+                    servers); free ports keep the mesh
+rides               no circuits: gen-tp, gen-ep, gen-af and a           Table 1
+                    rebalance's KV moves have Small windows and ride
+                    whatever is lit; the proxy never reconfigures
+                    for them
 t2g-tree            core planes: circuits from the Train ToRs that      (d-f), (g)
                     send weights to the ToRs of each Gen PoD's DP-0
                     replica, as many as the planes allow, every
@@ -69,16 +81,20 @@ from topologies import rfabric
 from topologies.fabric import Circuit, Fabric, FabricError, normalize_circuit
 
 Pair = Tuple[str, str, float]          # (src host, dst host, bytes)
+RIDES = "rides"                        # no circuits of its own: the phase rides what is lit
 
 KIND_TEMPLATE = {
     "train-tp": "train-pod-mesh", "train-pp": "train-pod-mesh", "train-cp": "train-pod-mesh",
     "train-ep": "train-pod-mesh", "train-dp": "inter-pod-mesh", "response": "response-share",
-    "gen-tp": "gen-isolated", "gen-ep": "gen-isolated", "gen-pd": "gen-isolated",
-    "gen-af": "gen-isolated", "weight-sync": "t2g-tree",
+    "gen-pd": "gen-isolated", "weight-sync": "t2g-tree", "gen-config": "gen-config",
+    # Table 1's Small windows: shorter than any OCS could follow (gen-tp, gen-ep,
+    # gen-af: per layer and decode step), so they ride the circuits in place.
+    "gen-tp": RIDES, "gen-ep": RIDES, "gen-af": RIDES, "gen-migrate": RIDES,
 }
 FIGURE = {"train-pod-mesh": "Figure 5(b)", "inter-pod-mesh": "Figure 5(a)",
           "response-share": "Figure 5(c)", "gen-isolated": "Figure 5(c)",
-          "t2g-tree": "Figure 5(d-g)"}
+          "t2g-tree": "Figure 5(d-g)", "gen-config": "Figure 5(c), per TP configuration",
+          RIDES: "Table 1: Small window"}
 
 
 @dataclass(frozen=True)
@@ -352,6 +368,52 @@ class RFabricTemplates:
             circuits.update(self._core(self.isolated))
         return circuits
 
+    def _gen_config(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
+        """The Gen agg OCS sized to one TP configuration's traffic inside each Gen
+        PoD (its switch's moves and its instances' decode rings) on all but
+        one of each ToR's uplinks; then every PoD's ToRs are joined
+        again (`_join`), because the phases that ride these circuits (gen-ep,
+        a rebalance's KV moves, the response stream) go anywhere in the PoD;
+        ports still free keep the isolated mesh."""
+        gen = self._pods("gen")
+        ports = FreePorts(self.shape, self.agg, self.core, gen, [])
+        for pod in gen:
+            # Each ToR keeps one uplink out of the sizing for the join (with two
+            # ToRs every circuit joins them anyway).
+            kept = {t: ports.agg_free[pod, t].pop() for t in range(self.shape.tors)
+                    if self.shape.tors > 2 and ports.agg_free[pod, t]}
+            size_circuits(ports, self.circuits_needed(pairs, [pod]))
+            for t, uplink in kept.items():
+                ports.agg_free[pod, t].append(uplink)
+            self._join(ports, pod)
+        return ports.filled(self.isolated)
+
+    def _join(self, ports: FreePorts, pod: int) -> None:
+        """Chain the PoD's ToRs that the agg circuits so far leave apart, one
+        circuit between neighbouring groups on ports still free: each ToR kept
+        one out of the sizing (`_gen_config`), so a chain always closes."""
+        parent = {t: t for t in range(self.shape.tors)}
+
+        def root(t: int) -> int:
+            while parent[t] != t:
+                parent[t] = parent[parent[t]]
+                t = parent[t]
+            return t
+
+        for a, b in ports.circuits[self.agg[pod]]:
+            parent[root(rfabric.agg_tor(self.shape, a))] = root(rfabric.agg_tor(self.shape, b))
+        groups: Dict[int, List[int]] = {}
+        for t in range(self.shape.tors):
+            groups.setdefault(root(t), []).append(t)
+        chain = list(groups.values())
+        for left, right in zip(chain, chain[1:]):
+            joined = any(ports.connect((pod, a), (pod, b))
+                         for a in left if ports.agg_free[pod, a]
+                         for b in right if ports.agg_free[pod, b])
+            if not joined:
+                raise FabricError(f"rfabric: no free agg uplinks left to join PoD {pod}'s "
+                                  f"ToRs {left} and {right}")
+
     def _crosses_pods(self, pairs: Iterable[Pair]) -> bool:
         return any(self.tor_of(src)[0] != self.tor_of(dst)[0] for src, dst, _ in pairs)
 
@@ -369,14 +431,18 @@ class RFabricTemplates:
                 circuits.update(self._core(self.isolated))
         elif name == "gen-isolated":
             circuits = self._agg("gen")
+        elif name == RIDES:
+            circuits = {}
+        elif name == "gen-config":
+            circuits = self._gen_config(pairs)
         elif name == "inter-pod-mesh":
             circuits = self._dp(pairs)
         elif name == "response-share":
             if self.response_plane is None:
-                circuits = dict(self._core(self.isolated), **self._agg("gen"))
+                circuits = self._core(self.isolated)
             else:
                 plane = self.core[self.response_plane]
-                circuits = dict({plane: frozenset(self.isolated[plane])}, **self._agg("gen"))
+                circuits = {plane: frozenset(self.isolated[plane])}
         else:
             circuits = self._weight_sync(pairs)
         return Template(name, FIGURE[name], circuits)

@@ -82,6 +82,11 @@ def agg_port(shape: Shape, tor: int, uplink: int) -> int:
     return tor * shape.agg + uplink + 1
 
 
+def agg_tor(shape: Shape, port: int) -> int:
+    """The ToR (index in its PoD) wired to an agg OCS's ``port`` (`agg_port` inverted)."""
+    return (port - 1) // shape.agg
+
+
 def core_port(shape: Shape, pod: int, tor: int) -> int:
     return pod * shape.tors + tor + 1
 

@@ -53,11 +53,13 @@ class IterationRun:
 
 
 def ready_time(phase, t0: float, ends: Dict[str, float], optimizer_s: float) -> float:
-    """When a phase may start: its planned offset, its dependencies' ends, and
-    for the weight sync the optimizer step after the DP all-reduce."""
+    """When a phase may start: its planned offset, its dependencies' ends (plus
+    the compute it owes after each, ``Phase.gaps``), and for the weight sync the
+    optimizer step after the DP all-reduce."""
     ready = t0 + phase.start_s
+    gaps = dict(phase.gaps)
     for name in phase.after:
-        ready = max(ready, ends[name])
+        ready = max(ready, ends[name] + gaps.get(name, 0.0))
     if phase.kind == "weight-sync" and "train-dp" in ends:
         ready = max(ready, ends["train-dp"] + optimizer_s)
     return ready

@@ -41,7 +41,8 @@ from collections import OrderedDict
 from itertools import compress
 from operator import attrgetter, not_
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Callable, Dict, Hashable, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 from traffic.scale import Scale
 from traffic import collectives as coll
@@ -51,9 +52,13 @@ from traffic.flows import FlowDag, ring_allreduce
 from traffic.ranks import RankMap
 from traffic.workload import TABLE1, Iteration
 
+if TYPE_CHECKING:                     # only its shapes are read here
+    from traffic.generation import GenerationStep, Move
+
 _AFTER = attrgetter("after")
 TRAIN_SIDE = ("train-tp", "train-pp", "train-cp", "train-ep")
 GEN_SIDE = ("gen-tp", "gen-ep", "gen-pd", "gen-af", "response")
+GENERATION_KINDS = ("gen-config", "gen-migrate")     # OrchestrRL's dynamic generation
 PodOf = Callable[[str], Hashable]
 
 
@@ -71,6 +76,10 @@ class Phase:
     span_s: float = 0.0          # compute the operations are spread over, emulated s
     real_bytes: float = 0.0      # network bytes per iteration, real
     ideal_s: float = 0.0         # DAG critical path at the emulated link rate
+    # Compute that must follow a dependency's end before this phase is ready
+    # (dependency name, emulated s): a chain of generation moments keeps the
+    # decode time between them however long the network made each one.
+    gaps: Tuple[Tuple[str, float], ...] = ()
 
     @property
     def planned_end_s(self) -> float:
@@ -281,6 +290,103 @@ def _chain(builder: _Builder, comm: Comm, name: str, index: int, max_ops: int,
     return chain, replayed
 
 
+# ---------------------------------------------------------------- dynamic generation
+@dataclass
+class _Moment:
+    """A phase of the generation chain before it becomes a `Phase`."""
+
+    name: str
+    kind: str
+    start_s: float               # planned, emulated
+    span_s: float                # decode compute it covers, emulated
+    parts: List[FlowDag]
+    replayed: int
+    ops_real: int
+    real_bytes: float
+    anchor_s: float              # planned start of its last operation, emulated: the
+                                 # compute after it is owed by the next moment
+
+
+def _moves_dag(builder: _Builder, moves: Sequence[Move], offset: int, name: str,
+               group: str) -> Optional[FlowDag]:
+    items = tuple((offset + m.src, offset + m.dst, m.bytes) for m in moves)
+    pairs = _pair_bytes(items, builder.rank_map)
+    if not pairs:
+        return None
+    dag = coll.point_to_point([(s, d, builder.emu(b)) for (s, d), b in pairs.items()], name)
+    return FlowDag._trusted([f._replace(group=group) for f in dag.flows], dag.external)
+
+
+def _generation_moments(builder: _Builder, step: GenerationStep,
+                        offset: int) -> List[_Moment]:
+    """The generation step as a chain of network moments (see `build_phases`).
+
+    Segment k under TP t is one ``gen-config`` phase named ``gen-config{k}-tp{t}``
+    when it has traffic: the switch's moves that opened it (group
+    ``gen-switch``: nothing decodes before its KV and shards are in place),
+    then its instances' decode TP all-reduces, all of the segment's
+    coalesced into one flow per ring neighbour (each rank's 2(N-1)/N share,
+    times the operations) at the segment's start.  A segment holds thousands
+    of decode steps of 2L all-reduces of a few hundred kB each, which no
+    replay can keep apart; the bytes and the links they load are kept, the
+    per-operation latency is not.  A ring replayed step by step would add
+    2(N-1) dependent flows' start-up per operation, which at these sizes is
+    all an operation costs on the emulator, and is not the network's.  A rebalance is one
+    ``gen-migrate{j}`` phase of KV moves.  A segment with no traffic (TP
+    inside the servers) is compute only: it lies in the gap between the
+    moments around it, which is planned time from one moment's last
+    operation to the next moment (`build_phases` makes it `Phase.gaps`).
+    """
+    scale = builder.scale
+    moments: List[_Moment] = []
+    for k, seg in enumerate(step.segments):
+        parts: List[FlowDag] = []
+        start: Tuple[str, ...] = ()
+        event = step.events[k - 1] if k else None
+        name = f"gen-config{k}-tp{seg.tp}"
+        switch_bytes = 0.0
+        if event is not None and event.kind == "rebalance":
+            dag = _moves_dag(builder, event.moves, offset, f"gen-migrate{k - 1}", "gen-migrate")
+            if dag is not None:
+                moments.append(_Moment(f"gen-migrate{k - 1}", "gen-migrate",
+                                       scale.emu_seconds(event.at_s), 0.0, [dag], 1, 1,
+                                       sum(m.bytes for m in event.moves
+                                           if builder.rank_map.on_network(offset + m.src,
+                                                                          offset + m.dst)),
+                                       scale.emu_seconds(event.at_s)))
+        elif event is not None:
+            dag = _moves_dag(builder, event.moves, offset, f"{name}-switch", "gen-switch")
+            if dag is not None:
+                parts.append(dag)
+                start = coll.sinks(dag)
+                switch_bytes = sum(m.bytes for m in event.moves
+                                   if builder.rank_map.on_network(offset + m.src,
+                                                                  offset + m.dst))
+        span = scale.emu_seconds(seg.compute_s)
+        ops_real, decode_bytes, ring = 1, 0.0, []
+        for i, instance in enumerate(seg.instances):
+            if not seg.tp_ops[i] or not seg.tp_bytes[i]:
+                continue
+            comm = AllReduce(kind="gen-config", groups=(tuple(offset + r for r in instance),),
+                             bytes=seg.tp_bytes[i] / seg.tp_ops[i], ops=seg.tp_ops[i],
+                             formula="decode: S = b x h x beta per op; ops = 2L x steps")
+            if _networked(comm.groups[0], builder.rank_map):
+                decode_bytes += comm.network_bytes(builder.rank_map)
+                ops_real = max(ops_real, comm.ops)
+                ring += [(a, b, size * comm.ops) for a, b, size in comm.transfers()]
+        pairs = _pair_bytes(ring, builder.rank_map)
+        if pairs:
+            dag = coll.point_to_point([(a, b, builder.emu(size)) for (a, b), size in pairs.items()],
+                                      f"{name}-decode", start)
+            parts.append(FlowDag._trusted([f._replace(group="gen-config") for f in dag.flows],
+                                          dag.external))
+        if parts:
+            begin = scale.emu_seconds(seg.start_s)
+            moments.append(_Moment(name, "gen-config", begin, span, parts, 1, ops_real,
+                                   switch_bytes + decode_bytes, begin))
+    return moments
+
+
 # ---------------------------------------------------------------- the schedule
 def _gc_paused(build):
     """Run ``build`` with the cyclic garbage collector off: a schedule at the
@@ -301,7 +407,8 @@ def _gc_paused(build):
 @_gc_paused
 def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale(),
                  max_ops: int = 4, link_gbps: float = 400.0, pod_of: Optional[PodOf] = None,
-                 chunks: int = 1, spans: Optional[Mapping[str, float]] = None) -> Schedule:
+                 chunks: int = 1, spans: Optional[Mapping[str, float]] = None,
+                 generation: Optional[GenerationStep] = None) -> Schedule:
     """Phases of one iteration in emulated units (see the module docstring).
 
     ``pod_of(host)`` makes DP all-reduces that span PoDs hierarchical
@@ -310,6 +417,14 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
     ``spans`` gives a phase kind its own compute span in real seconds (the
     time its operations are spread over; default ``train_s`` for the Train
     side, ``gen_s`` for the Gen side, 0 for ``train-dp`` and the sync).
+
+    ``generation`` (`traffic.generation.simulate`, OrchestrRL's dynamic
+    generation step) replaces the fixed decode: the Gen side spans its
+    compute time instead of ``gen_s``, ``gen-tp`` is left out, and the step
+    becomes a chain of phases (`_generation_moments`), each waiting for the
+    one before it and then for the decode compute between them
+    (`Phase.gaps`), so a slow migration delays everything after it.  The
+    weight sync owes the compute after the chain's last moment.
     """
     if max_ops < 1:
         raise ValueError(f"max_ops must be >= 1, got {max_ops}")
@@ -321,6 +436,8 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
     builder = _Builder(rank_map, scale, pod_of, chunks)
     rate_bps = scale.emu_mbps(link_gbps) * 1e6
     train_s, gen_s = scale.emu_seconds(cfg.compute.train_s), scale.emu_seconds(cfg.compute.gen_s)
+    if generation is not None:
+        gen_s = scale.emu_seconds(generation.compute_s)
     phases: Dict[str, Phase] = OrderedDict()
     off: Dict[str, float] = OrderedDict()
 
@@ -352,13 +469,36 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
     for kind in TRAIN_SIDE:
         make(kind, 0.0, train_s)
     for kind in GEN_SIDE:
-        make(kind, 0.0, gen_s)
+        if generation is None or kind != "gen-tp":
+            make(kind, 0.0, gen_s)
+    chain_tail: Tuple[Tuple[str, float], ...] = ()
+    if generation is not None:
+        previous = None
+        for moment in _generation_moments(builder, generation, cfg.train.world):
+            dag = FlowDag._joined([f for part in moment.parts for f in part.flows],
+                                  moment.parts)
+            after = () if previous is None else (previous.name,)
+            gaps = () if previous is None else ((previous.name,
+                                                 moment.start_s - previous.anchor_s),)
+            info = TABLE1[moment.kind]
+            phases[moment.name] = Phase(
+                moment.name, moment.kind, info.stage, info.window, moment.start_s, dag, after,
+                moment.replayed, moment.ops_real, moment.span_s, moment.real_bytes,
+                max(dag.ideal_finish_s(rate_bps).values()), gaps)
+            previous = moment
+        if previous is not None:
+            chain_tail = ((previous.name, max(0.0, gen_s - previous.anchor_s)),)
     train_end = max([train_s] + [phases[k].planned_end_s for k in TRAIN_SIDE if k in phases])
     make("train-dp", train_end, 0.0, TRAIN_SIDE)
     ready = (phases["train-dp"].planned_end_s if "train-dp" in phases else train_end)
     ready += scale.emu_seconds(cfg.compute.optimizer_s)
     ready = max([ready] + [phases[k].planned_end_s for k in GEN_SIDE if k in phases])
+    if generation is not None:
+        ready = max([ready, gen_s] + [p.planned_end_s for p in phases.values()
+                                      if p.kind in GENERATION_KINDS])
     make("weight-sync", ready, 0.0, tuple(phases))
+    if chain_tail and "weight-sync" in phases:
+        phases["weight-sync"].gaps = chain_tail
     ordered = sorted(phases.values(), key=lambda p: (p.start_s, list(phases).index(p.name)))
     end = max((p.planned_end_s for p in ordered), default=0.0)
     return Schedule(ordered, scale, dict(off), end)

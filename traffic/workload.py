@@ -109,6 +109,15 @@ TABLE1: Dict[str, CommType] = {
     "gen-ep": CommType("gen", "EP", "Medium", "High", "All-to-All", "ToR-Agg", "Small"),
     "gen-pd": CommType("gen", "P/D", "Medium", "Low", "M2N (Bipartite)", "ToR-Agg", "Large"),
     "gen-af": CommType("gen", "A/F", "Low", "High", "M2N (Bipartite)", "ToR-Agg", "Small"),
+    # Not rows of Table 1: OrchestrRL's dynamic generation (`traffic.generation`).
+    # A parallelism configuration holds for a stretch of the step, so its
+    # circuits are set once at the switch (Large); a rebalance comes when a
+    # straggler shows and is over in one burst, so it rides the circuits in
+    # place (Small).
+    "gen-config": CommType("gen", "Gen under one TP configuration (switch, decode TP)",
+                           "Medium", "High", "M2N + AllReduce", "ToR-Agg", "Large"),
+    "gen-migrate": CommType("gen", "KV migration off stragglers", "Medium", "Low", "P2P",
+                            "ToR-Agg", "Small"),
 }
 KINDS = tuple(TABLE1)
 

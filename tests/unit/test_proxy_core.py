@@ -44,13 +44,18 @@ def test_train_phases_get_the_train_pods_agg_mesh(kind):
     assert all(tmpl.circuits[o] == mesh[o] for o in tmpl.ocs)
 
 
-@pytest.mark.parametrize("kind", ["gen-tp", "gen-ep", "gen-pd", "gen-af"])
-def test_gen_phases_get_isolated_gen_pod_meshes(kind):
+def test_pd_bursts_get_isolated_gen_pod_meshes():
     fab = fabric()
     agg, _ = roles(fab)
-    tmpl = RFabricTemplates(fab).for_kind(kind)
+    tmpl = RFabricTemplates(fab).for_kind("gen-pd")
     assert tmpl.name == "gen-isolated" and tmpl.ocs == [agg[2]]
     assert tmpl.circuits[agg[2]] == rfabric.circuit_set(fab, "mesh")[agg[2]]
+
+
+@pytest.mark.parametrize("kind", ["gen-tp", "gen-ep", "gen-af", "gen-migrate"])
+def test_small_window_phases_ride_the_circuits_in_place(kind):
+    tmpl = RFabricTemplates(fabric()).for_kind(kind)
+    assert tmpl.name == "rides" and tmpl.ocs == [] and tmpl.figure == "Table 1: Small window"
 
 
 def test_dp_gets_the_inter_pod_mesh_and_response_its_small_core_share():
@@ -61,7 +66,7 @@ def test_dp_gets_the_inter_pod_mesh_and_response_its_small_core_share():
     agg, _ = roles(fab)
     shape = rfabric.shape_of(fab)
     assert dp.ocs == sorted([core[0], agg[0], agg[1]]) and dp.figure == "Figure 5(a)"
-    assert response.ocs == sorted([core[1], agg[2]]), "ToR-Agg-Core on each side"
+    assert response.ocs == [core[1]], "its core plane; it rides the Gen agg OCS"
     assert not set(dp.ocs) & set(response.ocs), \
         "DP and the response stream run together, so they never name the same OCS"
     joined = {tuple(sorted((rfabric.core_tor(shape, a)[0], rfabric.core_tor(shape, b)[0])))

@@ -91,9 +91,13 @@ def test_the_workload_has_the_same_phases_on_every_fabric():
 
 
 def test_ready_time_waits_for_dependencies_and_the_optimizer():
-    phase = SimpleNamespace(start_s=2.0, after=("train-dp", "response"), kind="weight-sync")
+    phase = SimpleNamespace(start_s=2.0, after=("train-dp", "response"), kind="weight-sync",
+                            gaps=())
     assert ready_time(phase, 100.0, {"train-dp": 105.0, "response": 101.0}, 3.0) == 108.0
     assert ready_time(phase, 100.0, {"train-dp": 100.5, "response": 101.0}, 0.0) == 102.0
+    # The compute owed after a dependency moves with it.
+    phase.gaps = (("response", 4.0),)
+    assert ready_time(phase, 100.0, {"train-dp": 100.5, "response": 101.0}, 0.0) == 105.0
 
 
 # ---------------------------------------------------------------- the runner on fakes

@@ -1,0 +1,58 @@
+"""The orchestrrl scenario end to end at 16 GPUs: a generation step that switches
+TP and rebalances, on RFabric with its control proxy.
+
+Asserted: the switches happened and their flows crossed the fabric; the
+proxy put a template per TP configuration in place, on demand in iteration 1
+and ahead of the switch in iteration 2, which exposes less; and the model and
+the emulator order the policies alike where the model predicts a gap of 25%
+or more (closer orderings belong to a bench).
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from tests.integration.utils import assert_no_leftovers, run_ok
+
+pytestmark = pytest.mark.require_root
+
+WIDE_GAP = 0.25
+SETTINGS = ("fabric.spec=rfabric,pods=2,train_pods=1", "orchestrrl.fabrics=rfabric",
+            "orchestrrl.policies=static,switch+rebalance", "orchestrrl.iterations=2",
+            "orchestrrl.model_gpus=[]")
+
+
+def test_orchestrrl_switches_cross_the_fabric_and_iteration_2_hides_them(tmp_path):
+    run, result = run_ok("orchestrrl", tmp_path / "emulated", "dataplane=linux", *SETTINGS,
+                         files=("report.md", "flows.csv", "timeline.png",
+                                "orchestrrl_step.png", "orchestrrl_policies.png",
+                                "rfabric/controller.log"), timeout_s=400)
+    rows = {r["policy"]: r for r in result["metrics"]["policies"]}
+    dynamic = rows["switch+rebalance"]
+    assert dynamic["switches_count"] == 1 and dynamic["switch_moved_real_mb"] > 0, dynamic
+    assert rows["static"]["switches_count"] == 0
+    flows = list(csv.DictReader((run / "flows.csv").open()))
+    switch_flows = [f for f in flows if f["group"] == "gen-switch"]
+    assert switch_flows and all(f["status"] == "ok" and int(f["bytes"]) > 0
+                                for f in switch_flows), switch_flows[:3]
+    assert {f["src"] for f in switch_flows} != {f["dst"] for f in switch_flows}
+    switches = [r for r in result["metrics"]["switches"] if r["policy"] == "switch+rebalance"]
+    first = sum(r["exposed_s"] for r in switches if r["iteration"] == 1)
+    second = sum(r["exposed_s"] for r in switches if r["iteration"] == 2)
+    assert first > 0, f"profiling puts the configuration's circuits in on demand: {switches}"
+    assert second < first, f"iteration 2 puts them in ahead of the switch: {switches}"
+    assert {r["template"] for r in switches} == {"gen-config"}, switches
+    spans = result["timeline"]["phase_spans"]
+    assert any(s["kind"] == "gen-ep" for s in spans), "the expert all-to-all rides along"
+    assert_no_leftovers()
+
+    _, model = run_ok("orchestrrl", tmp_path / "model", "engine=model", *SETTINGS)
+    predicted = {r["policy"]: r["iteration_s"] for r in model["metrics"]["policies"]}
+    measured = {p: r["iteration_s"] for p, r in rows.items()}
+    slow, fast = sorted(predicted, key=predicted.get, reverse=True)
+    gap = (predicted[slow] - predicted[fast]) / predicted[slow]
+    if gap >= WIDE_GAP:
+        assert measured[slow] > measured[fast], \
+            f"model {predicted} (a {gap:.0%} gap), emulated {measured}"
