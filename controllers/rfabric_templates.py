@@ -24,8 +24,9 @@ response-share      core plane c-1 as in rfabric's ``isolated`` core:   (c)
                     0.4 Tb/s) to a Train ToR streams responses.  It
                     rides the Gen agg OCS: those belong to the Gen
                     phases that run beside it the whole step (P/D,
-                    a TP configuration), and every Gen agg template
-                    keeps each PoD's ToRs joined
+                    a TP configuration, the weight sync); their
+                    templates keep each PoD's ToRs joined on the agg
+                    OCS
 gen-isolated        Gen PoDs' agg OCS: isolated intra-PoD meshes        (c)
                     (P/D KV bursts)
 gen-config          Gen PoDs' agg OCS sized to one TP configuration     (c)
@@ -344,13 +345,16 @@ class RFabricTemplates:
     def _weight_sync(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
         """Stage 1 on the core (`t2g_tree`), then stage 2, the broadcast
         inside each Gen PoD, sized on the Gen agg OCS and on the core ports
-        stage 1 left free (a core circuit may join two ToRs of one PoD)."""
+        stage 1 left free (a core circuit may join two ToRs of one PoD), one
+        agg uplink per ToR kept to join the PoD on its agg OCS (`_join`)."""
         gen = self._pods("gen")
         ports = FreePorts(self.shape, self.agg, self.core, gen, self.core)
         for plane, circuits in self.t2g_tree(pairs).items():
             ports.take_core(plane, circuits)
         for pod in gen:
+            kept = self._keep_one_uplink(ports, pod)
             size_circuits(ports, self.circuits_needed(pairs, [pod], tree=True), core_first=True)
+            self._join(ports, pod, kept)
         return dict(ports.filled(self.isolated), **self._agg("train"))
 
     def _dp(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
@@ -378,20 +382,28 @@ class RFabricTemplates:
         gen = self._pods("gen")
         ports = FreePorts(self.shape, self.agg, self.core, gen, [])
         for pod in gen:
-            # Each ToR keeps one uplink out of the sizing for the join (with two
-            # ToRs every circuit joins them anyway).
-            kept = {t: ports.agg_free[pod, t].pop() for t in range(self.shape.tors)
-                    if self.shape.tors > 2 and ports.agg_free[pod, t]}
+            kept = self._keep_one_uplink(ports, pod)
             size_circuits(ports, self.circuits_needed(pairs, [pod]))
-            for t, uplink in kept.items():
-                ports.agg_free[pod, t].append(uplink)
-            self._join(ports, pod)
+            self._join(ports, pod, kept)
         return ports.filled(self.isolated)
 
-    def _join(self, ports: FreePorts, pod: int) -> None:
-        """Chain the PoD's ToRs that the agg circuits so far leave apart, one
-        circuit between neighbouring groups on ports still free: each ToR kept
-        one out of the sizing (`_gen_config`), so a chain always closes."""
+    def _keep_one_uplink(self, ports: FreePorts, pod: int) -> Dict[int, int]:
+        """Take one agg uplink of each of the PoD's ToRs out of the sizing, for
+        `_join` (with two ToRs every circuit joins them anyway)."""
+        if self.shape.tors <= 2:
+            return {}
+        return {t: ports.agg_free[pod, t].pop() for t in range(self.shape.tors)
+                if ports.agg_free[pod, t]}
+
+    def _join(self, ports: FreePorts, pod: int, kept: Mapping[int, int]) -> None:
+        """Give the uplinks ``kept`` back, then chain the PoD's ToRs that the agg
+        circuits so far leave apart, one circuit between neighbouring groups
+        on ports still free: each ToR kept one, so a chain always closes.  The
+        phases that ride the Gen agg OCS (gen-ep, a rebalance's KV moves, the
+        response stream) go anywhere in the PoD, and core circuits inside a
+        PoD are torn when the next phase takes the core."""
+        for t, uplink in kept.items():
+            ports.agg_free[pod, t].append(uplink)
         parent = {t: t for t in range(self.shape.tors)}
 
         def root(t: int) -> int:

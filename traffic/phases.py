@@ -367,7 +367,12 @@ def _generation_moments(builder: _Builder, step: GenerationStep,
         for i, instance in enumerate(seg.instances):
             if not seg.tp_ops[i] or not seg.tp_bytes[i]:
                 continue
-            comm = AllReduce(kind="gen-config", groups=(tuple(offset + r for r in instance),),
+            # The ring goes through each server's ranks in turn, as NCCL builds
+            # its rings from the topology: the TP rank order (lane-major after a
+            # merge, `traffic.generation.merge_order`) would cross servers at
+            # every hop.
+            comm = AllReduce(kind="gen-config", groups=(tuple(sorted(offset + r
+                                                                      for r in instance)),),
                              bytes=seg.tp_bytes[i] / seg.tp_ops[i], ops=seg.tp_ops[i],
                              formula="decode: S = b x h x beta per op; ops = 2L x steps")
             if _networked(comm.groups[0], builder.rank_map):

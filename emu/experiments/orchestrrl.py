@@ -54,6 +54,7 @@ from emu.experiments.base import (Context, Experiment, Network, Outcome, build_f
 from emu.experiments.rfabric import fabric_specs, throughput_series
 from emu.schema import Field
 from topologies import registry
+from topologies.rfabric import shape_of as rfabric_shape
 from traffic import generation as gen
 from traffic.iterations import IterationRun
 from traffic.phases import GENERATION_KINDS, Schedule, build_phases
@@ -157,7 +158,17 @@ def check(scenario) -> None:
         raise ValueError("orchestrrl.policies must include 'static' (the reference); "
                          f"allowed: {', '.join(gen.POLICIES)}")
     fabric = build_fabric(scenario)
-    specs = fabric_specs(scenario.config["fabric"]["spec"], s["fabrics"], s["preset"])
+    if fabric.name != "rfabric":
+        raise ValueError(f"fabric.spec must be an rfabric spec (the fabric under test), got "
+                         f"{fabric.name!r}")
+    shape = rfabric_shape(fabric)
+    if shape.tors > 2 and shape.agg < 2:
+        # A TP configuration's circuits keep one agg uplink per ToR to join the PoD.
+        raise ValueError(f"fabric.spec: the Gen PoD's {shape.tors} ToRs have {shape.agg} agg "
+                         "uplink each; orchestrrl needs 2 or more (fewer core_uplinks, or a "
+                         "larger radix)")
+    specs = fabric_specs(scenario.config["fabric"]["spec"], s["fabrics"], s["preset"],
+                         f"{SECTION}.fabrics", FABRICS)
     per_server = fabric.params["gpus_per_server"]
     try:
         cfg = emulated_config(s, len(fabric.hosts), per_server)
@@ -311,7 +322,7 @@ def scale_config(gpus: int, settings) -> RLConfig:
     from traffic.workload import qwen2_moe
 
     lengths, _, _ = gen.load_defaults()
-    base = qwen2_moe(gpus, gen=Parallelism(tp=8, ep=1, dp=0),
+    base = qwen2_moe(gpus, gen=Parallelism(tp=8, ep=2, dp=0), gen_gpus=gpus // 2,
                      batch_prompts=gpus // 2 * settings["batch_per_gpu"],
                      responses_per_prompt=1, prompt_len=settings["prompt_len"],
                      response_len=lengths.median)
@@ -383,7 +394,8 @@ def run(ctx: Context) -> Outcome:
     from emu.live.rlreplay import IterationRunner
 
     s = ctx.settings
-    specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"], s["preset"])
+    specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"], s["preset"],
+                         f"{SECTION}.fabrics", FABRICS)
     cfg = emulated_config(s, len(ctx.fabric.hosts), ctx.fabric.params["gpus_per_server"])
     link_mbps = ctx.scenario.config["scale"]["link_mbps"]
     scale = ctx.scale
@@ -429,7 +441,8 @@ def model_run(ctx: Context) -> Outcome:
     from traffic.model.rl import ModelIterationRunner
 
     s = ctx.settings
-    specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"], s["preset"])
+    specs = fabric_specs(ctx.scenario.config["fabric"]["spec"], s["fabrics"], s["preset"],
+                         f"{SECTION}.fabrics", FABRICS)
     cfg = emulated_config(s, len(ctx.fabric.hosts), ctx.fabric.params["gpus_per_server"])
     scale = ctx.scale
     cal = model_calibration(ctx)

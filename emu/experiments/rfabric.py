@@ -111,11 +111,13 @@ def workload(settings) -> RLConfig:
     return WORKLOADS[settings["workload"]](compute)
 
 
-def fabric_specs(spec: str, names, preset: str) -> Dict[str, str]:
+def fabric_specs(spec: str, names, preset: str, key: str = "rfabric.fabrics",
+                 allowed=FABRICS) -> Dict[str, str]:
     """Spec of each fabric at the GPU count, radix and GPUs per server of ``spec``
     (the rfabric under test), by each fabric's small-build rule
     (`topologies.registry.spec_at`), with ``preset`` as the technology of every
-    fabric that has OCS; raises ValueError naming ``rfabric.fabrics``."""
+    fabric that has OCS; raises ValueError naming ``key`` and the ``allowed``
+    fabrics."""
     reference = registry.build(spec)
     if reference.name != "rfabric":
         raise ValueError(f"fabric.spec must be an rfabric spec (the fabric under test), "
@@ -126,16 +128,15 @@ def fabric_specs(spec: str, names, preset: str) -> Dict[str, str]:
     for name in names:
         if name == "rfabric":
             specs[name] = f"{spec},technology={preset}"
-        elif name in FABRICS:
+        elif name in allowed:
             ocs = {"technology": preset} if "technology" in registry.parameters(name) else {}
             try:
                 specs[name] = registry.spec_at(name, gpus, radix=radix,
                                                gpus_per_server=per_server, small=True, **ocs)
             except ScaleError as exc:
-                raise ValueError(exc.naming("rfabric.fabrics", FABRICS)) from None
+                raise ValueError(exc.naming(key, allowed)) from None
         else:
-            raise ValueError(f"rfabric.fabrics: unknown fabric {name!r}; allowed: "
-                             f"{', '.join(FABRICS)}")
+            raise ValueError(f"{key}: unknown fabric {name!r}; allowed: {', '.join(allowed)}")
     return specs
 
 

@@ -15,6 +15,7 @@ from emu.report.html import write_html
 from emu.report.load import RESULT_FILE, load_flows, load_result, scale_of
 from emu.report.load_heatmap import write_load_heatmaps
 from emu.report.markdown import REPORT_FILE, render_markdown
+from emu.report.orchestrrl_plots import write_orchestrrl_plots
 from emu.report.pd_plots import write_pd_plots
 from emu.report.plots import STEPS_PNG, TIMELINE_PNG, plot_steps, plot_timeline
 from emu.report.rl_plots import write_rl_plots
@@ -36,6 +37,7 @@ def write_plots(result: dict, run_dir: Path, scale: Scale) -> List[Path]:
     plots += write_fabric_plots(result, run_dir)
     plots += write_scale_plots(result, run_dir)
     plots += write_rotor_plots(result, run_dir)
+    plots += write_orchestrrl_plots(result, run_dir)
     return plots
 
 

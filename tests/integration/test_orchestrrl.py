@@ -1,4 +1,4 @@
-"""The orchestrrl scenario end to end at 16 GPUs: a generation step that switches
+"""The orchestrrl scenario end to end at 32 GPUs: a generation step that switches
 TP and rebalances, on RFabric with its control proxy.
 
 Asserted: the switches happened and their flows crossed the fabric; the
@@ -19,9 +19,11 @@ from tests.integration.utils import assert_no_leftovers, run_ok
 pytestmark = pytest.mark.require_root
 
 WIDE_GAP = 0.25
-SETTINGS = ("fabric.spec=rfabric,pods=2,train_pods=1", "orchestrrl.fabrics=rfabric",
-            "orchestrrl.policies=static,switch+rebalance", "orchestrrl.iterations=2",
-            "orchestrrl.model_gpus=[]")
+# 32 GPUs: a Gen PoD of four ToRs, so that a TP configuration's circuits differ
+# from the next one's (with two ToRs every template is the same).
+SETTINGS = ("fabric.spec=rfabric,pods=2,train_pods=1,servers_per_pod=8,gpus_per_server=2,radix=8",
+            "orchestrrl.fabrics=rfabric", "orchestrrl.policies=static,switch+rebalance",
+            "orchestrrl.iterations=2", "orchestrrl.model_gpus=[]")
 
 
 def test_orchestrrl_switches_cross_the_fabric_and_iteration_2_hides_them(tmp_path):

@@ -1,6 +1,7 @@
 """The RFabric control proxy: templates per phase kind, caching, proactive timing,
 and two iterations driven end to end through a FabricService on fake datapaths."""
 
+import networkx as nx
 import pytest
 from fakes import FakeNetwork, assert_delivered
 
@@ -190,8 +191,11 @@ def test_weight_sync_sizes_the_broadcast_in_the_gen_pod_on_agg_and_free_core_por
                    if rfabric.core_tor(shape, a)[0] == rfabric.core_tor(shape, b)[0] == 1]
     assert gen_agg.count((0, 1)) == 1, "the first level gets the one circuit it needs"
     assert in_pod_core.count((1, 2)) == 2, "the core ports stage 1 left free join the Gen ToRs"
-    assert gen_agg.count((1, 2)) == 1, \
-        "and ToR 1's last port: one static topology serves both levels of the tree"
+    # Each ToR kept one agg uplink out of the sizing: the Gen PoD stays joined on
+    # its agg OCS, whatever the next phase does with the core.
+    joined = nx.Graph(gen_agg)
+    joined.add_nodes_from(range(shape.tors))
+    assert nx.is_connected(joined), gen_agg
     assert tmpl.circuits[agg[0]] == templates.mesh[agg[0]], "the Train PoD keeps its mesh"
 
 
