@@ -43,7 +43,6 @@ Runs (as root)::
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -57,7 +56,7 @@ from topologies import registry
 from topologies.rfabric import shape_of as rfabric_shape
 from traffic import generation as gen
 from traffic.iterations import IterationRun
-from traffic.phases import GENERATION_KINDS, Schedule, build_phases
+from traffic.phases import Schedule, build_phases
 from traffic.ranks import Parallelism
 from traffic.workload import (QWEN2_57B_A14B, ComputeTimes, RLConfig, WorkloadError,
                               build_iteration)
