@@ -41,7 +41,8 @@ Gen (vLLM, continuous batching of q sequences per replica):
   * P/D KV bursts (``pd_prefill``:``pd_decode`` replicas per block): a
     request's KV cache, prompt x 2 x L x h_kv x beta, from TP rank i of its
     prefill replica to TP rank i of its decode replica (1/TP each); one
-    burst per request.
+    burst per request.  With A/F as well, A/F splits the decode replicas and
+    the KV goes to the attention ones (`_gen_roles`).
   * A/F M2N (``af_attention``:``af_ffn`` replicas per block): per layer and
     decode step, every attention lane sends its tokens' hidden states
     q_a x h x beta / (TP x F) to the same lane of each FFN replica, which
@@ -258,10 +259,16 @@ class RLConfig:
             if (x > 0) != (y > 0) or x < 0 or y < 0:
                 raise WorkloadError(f"{a} and {b} must both be 0 (off) or both >= 1, "
                                     f"got {x} and {y}")
-            if x and self.gen.dp % (x + y):
-                raise WorkloadError(f"{a} + {b} = {x + y} must divide gen.dp={self.gen.dp}")
-        if self.pd_prefill and self.af_attention:
-            raise WorkloadError("P/D and A/F disaggregation together are not modelled")
+        if self.pd_prefill and self.gen.dp % (self.pd_prefill + self.pd_decode):
+            raise WorkloadError(f"pd_prefill + pd_decode = {self.pd_prefill + self.pd_decode} "
+                                f"must divide gen.dp={self.gen.dp}")
+        if self.af_attention:
+            block = self.af_attention + self.af_ffn
+            pool = len(_gen_roles(self).get("decode", range(self.gen.dp)))
+            if pool % block:
+                where = (f"the {pool} decode replicas (A/F splits the decode side of P/D)"
+                         if self.pd_prefill else f"gen.dp={self.gen.dp}")
+                raise WorkloadError(f"af_attention + af_ffn = {block} must divide {where}")
         self.compute.check()
 
     def rank_map(self, hosts, gen_hosts=None) -> RankMap:
@@ -340,14 +347,26 @@ def _replica_ranks(grid, replicas, lane: Optional[int] = None) -> Tuple[int, ...
 
 
 def _gen_roles(cfg: RLConfig) -> Dict[str, List[int]]:
-    """Replica indices by role: prefill/decode (P/D), attention/ffn (A/F), or all."""
+    """Replica indices by role: prefill/decode (P/D), attention/ffn (A/F), or all.
+
+    P/D blocks of ``pd_prefill + pd_decode`` replicas, the prefill ones first.
+    A/F splits the replicas that decode -- all of them, or the decode side of
+    P/D (prefill runs whole layers, as in MegaScale-Infer's A/F for decode) --
+    in blocks of ``af_attention + af_ffn``, attention first.  With both, a
+    request's KV goes from its prefill replica to an attention replica, which
+    keeps it, and the responses leave from the attention replicas.
+    """
     replicas = list(range(cfg.gen.dp))
     roles: Dict[str, List[int]] = {"all": replicas}
-    for role_a, role_b, a, b in (("prefill", "decode", cfg.pd_prefill, cfg.pd_decode),
-                                 ("attention", "ffn", cfg.af_attention, cfg.af_ffn)):
-        if a:
-            roles[role_a] = [r for r in replicas if r % (a + b) < a]
-            roles[role_b] = [r for r in replicas if r % (a + b) >= a]
+    if cfg.pd_prefill:
+        block = cfg.pd_prefill + cfg.pd_decode
+        roles["prefill"] = [r for r in replicas if r % block < cfg.pd_prefill]
+        roles["decode"] = [r for r in replicas if r % block >= cfg.pd_prefill]
+    if cfg.af_attention:
+        block = cfg.af_attention + cfg.af_ffn
+        pool = roles.get("decode", replicas)
+        roles["attention"] = [r for i, r in enumerate(pool) if i % block < cfg.af_attention]
+        roles["ffn"] = [r for i, r in enumerate(pool) if i % block >= cfg.af_attention]
     return roles
 
 
@@ -357,7 +376,7 @@ def _gen(cfg: RLConfig) -> List[Comm]:
     beta, steps = cfg.act_bytes, cfg.response_len
     roles = _gen_roles(cfg)
     prefill = roles.get("prefill", roles.get("attention", roles["all"]))
-    decode = roles.get("decode", roles.get("attention", roles["all"]))
+    decode = roles.get("attention", roles.get("decode", roles["all"]))     # hold the KV
     q_pre, q_dec = math.ceil(cfg.seqs / len(prefill)), math.ceil(cfg.seqs / len(decode))
     comms: List[Comm] = []
     if par.tp > 1:
@@ -383,7 +402,7 @@ def _gen(cfg: RLConfig) -> List[Comm]:
     if cfg.pd_prefill:
         block = cfg.pd_prefill + cfg.pd_decode
         items = []
-        for d in roles["decode"]:
+        for d in decode:
             p = (d // block) * block + (d % block - cfg.pd_prefill) % cfg.pd_prefill
             for lane in range(par.tp):
                 items.append((replica_rank(grid, p, lane), replica_rank(grid, d, lane),
@@ -394,10 +413,11 @@ def _gen(cfg: RLConfig) -> List[Comm]:
                     "one burst per request: ops = q"))
     if cfg.af_attention:
         block = cfg.af_attention + cfg.af_ffn
+        pool = roles.get("decode", roles["all"])
         pairs = []
-        for start in range(0, par.dp, block):
-            attn = range(start, start + cfg.af_attention)
-            ffn = range(start + cfg.af_attention, start + block)
+        for start in range(0, len(pool), block):
+            attn = pool[start:start + cfg.af_attention]
+            ffn = pool[start + cfg.af_attention:start + block]
             for lane in range(par.tp):
                 pairs.append((_replica_ranks(grid, attn, lane), _replica_ranks(grid, ffn, lane)))
         comms.append(Bipartite(
@@ -448,7 +468,7 @@ def _weight_sync(cfg: RLConfig) -> WeightSync:
 def _response(cfg: RLConfig) -> Transfers:
     tgrid, ggrid = train_grid(cfg.train), gen_grid(cfg.gen, offset=cfg.train.world)
     roles = _gen_roles(cfg)
-    out = roles.get("decode", roles.get("attention", roles["all"]))
+    out = roles.get("attention", roles.get("decode", roles["all"]))
     items = []
     for r in out:
         d = r % cfg.train.dp

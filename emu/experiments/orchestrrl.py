@@ -295,7 +295,8 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
         metrics["switches"] = switches
     metrics["generation"] = steps_rows
     metrics["text_gain_ratio"] = TEXT_GAIN
-    lengths, decode, params = gen.load_defaults()
+    lengths, decode, _ = gen.load_defaults()
+    params = policy_params(records[0].cfg.gpus_per_server)     # as the runs used it
     metrics["assumptions"] = {"lengths": dataclasses.asdict(lengths),
                               "decode": dataclasses.asdict(decode),
                               "policy": dataclasses.asdict(params),

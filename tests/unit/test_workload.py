@@ -202,6 +202,30 @@ def test_af_m2n_dispatch_and_combine():
     assert af.bytes_per_op() == pytest.approx(2 * 4 * af.bytes)
 
 
+def test_pd_and_af_together_split_the_decode_side():
+    # 4 replicas, P/D 1:1: prefill 0 and 2, decode 1 and 3; A/F 1:1 splits the
+    # decode side: attention 1, FFN 3.
+    cfg = config(gen=Parallelism(tp=2, dp=4), pd_prefill=1, pd_decode=1, af_attention=1,
+                 af_ffn=1)
+    it = build_iteration(cfg)
+    grid = gen_grid(cfg.gen, offset=cfg.train.world)
+    pd = one(it, "gen-pd")
+    assert {(s, d) for s, d, _ in pd.items} == {
+        (replica_rank(grid, 0, lane), replica_rank(grid, 1, lane)) for lane in range(2)}, \
+        "the KV goes to the attention replica, which keeps it"
+    assert pd.ops == cfg.seqs, "every request decodes on the one attention replica"
+    af = one(it, "gen-af")
+    assert af.pairs == tuple(((replica_rank(grid, 1, lane),), (replica_rank(grid, 3, lane),))
+                             for lane in range(2))
+    assert af.bytes == pytest.approx(cfg.seqs * DENSE.hidden * 2 / 2)
+    response = one(it, "response")
+    assert {s for s, _, _ in response.items} == {replica_rank(grid, 1, 0)}
+    with pytest.raises(WorkloadError, match="af_attention \\+ af_ffn = 3 must divide the 2 "
+                                            "decode replicas"):
+        config(gen=Parallelism(tp=2, dp=4), pd_prefill=1, pd_decode=1, af_attention=1,
+               af_ffn=2)
+
+
 # ---------------------------------------------------------------- inter-stage
 @pytest.mark.parametrize("pods", [1, 2, 4])
 def test_weight_sync_sends_one_copy_per_gen_pod_then_broadcasts(pods):
