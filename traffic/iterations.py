@@ -52,6 +52,13 @@ class IterationRun:
         return sum(p.stall_s for p in self.phases)
 
 
+def steady_time(times: List[float]) -> float:
+    """The steady iteration time: the mean from iteration 2 on (iteration 1
+    profiles the proxy and warms the replayer), iteration 1 alone if it is all."""
+    later = times[1:] or times
+    return sum(later) / len(later)
+
+
 def ready_time(phase, t0: float, ends: Dict[str, float], optimizer_s: float) -> float:
     """When a phase may start: its planned offset, its dependencies' ends (plus
     the compute it owes after each, ``Phase.gaps``), and for the weight sync the

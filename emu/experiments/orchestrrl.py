@@ -55,7 +55,7 @@ from emu.schema import Field
 from topologies import registry
 from topologies.rfabric import shape_of as rfabric_shape
 from traffic import generation as gen
-from traffic.iterations import IterationRun
+from traffic.iterations import IterationRun, steady_time
 from traffic.phases import Schedule, build_phases
 from traffic.ranks import Parallelism
 from traffic.workload import (QWEN2_57B_A14B, ComputeTimes, RLConfig, WorkloadError,
@@ -202,9 +202,7 @@ class PolicyRecord:
         return [it.duration_s for it in self.iterations]
 
     def steady_s(self) -> float:
-        times = self.times()
-        later = times[1:] or times
-        return sum(later) / len(later)
+        return steady_time(self.times())
 
     def step_times(self) -> List[float]:
         """Per iteration: from its start to the weight sync being ready (the

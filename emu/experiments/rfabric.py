@@ -54,6 +54,7 @@ from emu.experiments.base import (Context, Experiment, Network, Outcome, build_f
 from emu.schema import Field
 from topologies import cost, registry
 from topologies.fabric import Fabric, FabricError, ScaleError
+from traffic.iterations import steady_time
 from traffic.phases import Schedule, build_phases
 from traffic.ranks import Parallelism
 from emu.live.rlreplay import IterationRun, IterationRunner
@@ -200,10 +201,7 @@ class FabricRecord:
         return [it.duration_s for it in self.iterations]
 
     def steady_s(self) -> float:
-        """Mean iteration time from iteration 2 on (iteration 1 alone if it is all)."""
-        times = self.times()
-        later = times[1:] or times
-        return sum(later) / len(later)
+        return steady_time(self.times())
 
 
 def _mean(values):

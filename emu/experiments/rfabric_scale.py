@@ -52,6 +52,7 @@ from topologies import cost, registry
 from topologies.fabric import FabricError
 from traffic.model import calibration
 from traffic.model.phase_arrays import ScheduleArrays
+from traffic.iterations import steady_time
 from traffic.model.rl import ModelIterationRunner
 from traffic.phases import build_phases
 from traffic.scale import Scale
@@ -152,11 +153,6 @@ def check(scenario) -> None:
                                  "GPUs at radix 64)")
 
 
-def _steady(times: List[float]) -> float:
-    later = times[1:] or times
-    return sum(later) / len(later)
-
-
 def _mean(values) -> Optional[float]:
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
@@ -190,7 +186,7 @@ def model_fabric(fabric, sched, cfg, settings, cal, log,
                "start_s": p.start - it.start, "duration_s": p.duration_s,
                "stall_s": p.stall_s, "flows_count": p.flows_count}
               for it in runner.iterations for p in it.phases]
-    return {"iteration_s": _steady(times), "iteration_first_s": times[0],
+    return {"iteration_s": steady_time(times), "iteration_first_s": times[0],
             "exposed_first_s": exposed[0], "exposed_later_s": _mean(exposed[1:]),
             "hidden_later_s": hidden, "network_phase_s": sum(phase_s.values()),
             "phase_s": phase_s, "flows_count": runner.sim.n_flows,
