@@ -131,11 +131,15 @@ class PlanEntry:
 
 class ControlProxy:
     def __init__(self, fabric: Fabric, mode: str = "proactive", tdf: float = 1.0,
-                 templates=None, delay_ms: Optional[float] = None, parallel: bool = False):
+                 templates=None, delay_ms: Optional[float] = None, parallel: bool = False,
+                 layerwise: bool = False):
         if mode not in MODES:
             raise ValueError(f"unknown proxy mode {mode!r}; allowed: {', '.join(MODES)}")
         self.fabric, self.mode, self.tdf = fabric, mode, tdf
-        self.templates = templates if templates is not None else RFabricTemplates(fabric)
+        # ``layerwise``: the schedule's CP and EP phases are per layer type
+        # (`traffic.phases.build_phases`), each gets circuits of its own.
+        self.templates = (templates if templates is not None
+                          else RFabricTemplates(fabric, layerwise=layerwise))
         self.delay_ms, self.parallel = delay_ms, parallel
         self.target: Dict[str, FrozenSet[Circuit]] = {o: frozenset(c)
                                                        for o, c in fabric.circuits.items()}

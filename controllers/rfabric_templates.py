@@ -29,6 +29,14 @@ response-share      core plane c-1 as in rfabric's ``isolated`` core:   (c)
                     OCS
 gen-isolated        Gen PoDs' agg OCS: isolated intra-PoD meshes        (c)
                     (P/D KV bursts)
+train-layer         with ``layerwise``: Train PoDs' agg OCS sized to    (b), 4.3
+                    one layer type's collectives (CP's ring or
+                    all-to-all in attention, EP's all-to-all in the
+                    MoE block), each
+                    ToR keeping one uplink to join the PoD, which
+                    train-tp and train-pp then ride; pairs across
+                    PoDs also get the ``isolated`` core; a layer
+                    type that stays under its ToRs rides
 gen-config          Gen PoDs' agg OCS sized to one TP configuration     (c)
                     of OrchestrRL's generation (its switch's KV
                     moves, its instances' decode rings across
@@ -92,9 +100,15 @@ KIND_TEMPLATE = {
     # gen-af: per layer and decode step), so they ride the circuits in place.
     "gen-tp": RIDES, "gen-ep": RIDES, "gen-af": RIDES, "gen-migrate": RIDES,
 }
+# Layer-wise training (`traffic.phases.build_phases(layerwise=True)`): each layer
+# type's phases get circuits sized to them; TP and PP, which run through every
+# layer, ride what is lit (each layer template keeps the Train PoDs joined).
+LAYERWISE_TEMPLATE = {"train-cp": "train-layer", "train-ep": "train-layer",
+                      "train-tp": RIDES, "train-pp": RIDES}
 FIGURE = {"train-pod-mesh": "Figure 5(b)", "inter-pod-mesh": "Figure 5(a)",
           "response-share": "Figure 5(c)", "gen-isolated": "Figure 5(c)",
           "t2g-tree": "Figure 5(d-g)", "gen-config": "Figure 5(c), per TP configuration",
+          "train-layer": "Figure 5(b), per layer type (section 4.3)",
           RIDES: "Table 1: Small window"}
 
 
@@ -188,12 +202,13 @@ def size_circuits(ports: FreePorts, need: Mapping[Tuple[Tor, Tor], float],
 
 
 class RFabricTemplates:
-    """Chooses a `Template` per phase kind for one rfabric `Fabric`."""
+    """Chooses a `Template` per phase kind for one rfabric `Fabric`;
+    ``layerwise`` for a schedule whose CP and EP phases are per layer type."""
 
-    def __init__(self, fabric: Fabric):
+    def __init__(self, fabric: Fabric, layerwise: bool = False):
         if fabric.name != "rfabric":
             raise FabricError(f"RFabric templates need the 'rfabric' fabric, got {fabric.name!r}")
-        self.fabric = fabric
+        self.fabric, self.layerwise = fabric, layerwise
         self.shape = rfabric.shape_of(fabric)
         self._tors: Dict[str, Tuple[int, int]] = {}     # host -> its ToR (see tor_of)
         nodes = fabric.graph.nodes
@@ -359,29 +374,44 @@ class RFabricTemplates:
 
     def _dp(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
         """The Train agg OCS and the DP planes (all but the response plane),
-        sized to the phase's traffic among Train ToRs.  Without a response
-        plane of its own the core stays the full mesh, which the response
-        stream shares."""
+        sized to the phase's traffic among Train ToRs; if that leaves a Train
+        PoD's ToRs apart on its agg OCS, sized again keeping one uplink per
+        ToR to join them (`_join`).  Without a response plane of its own the
+        core stays the full mesh, which the response stream shares."""
         train = self._pods("train")
         planes = [] if self.response_plane is None else \
             [u for u in self.core if u != self.response_plane]
+        need = self.circuits_needed(pairs, train)
         ports = FreePorts(self.shape, self.agg, self.core, train, planes)
-        size_circuits(ports, self.circuits_needed(pairs, train))
+        size_circuits(ports, need)
+        if any(len(self._components(ports, pod)) > 1 for pod in train):
+            # The sizing split a PoD (the busiest pairs took every uplink): the
+            # ring's other hops, and the phases riding beside it, would find no
+            # path.  Size again with one uplink per ToR kept to join it.
+            ports = FreePorts(self.shape, self.agg, self.core, train, planes)
+            kept = {pod: self._keep_one_uplink(ports, pod) for pod in train}
+            size_circuits(ports, need)
+            for pod in train:
+                self._join(ports, pod, kept[pod])
         circuits = ports.filled(self.isolated)     # its agg circuits are the mesh's
         if self.response_plane is None:
             circuits.update(self._core(self.isolated))
         return circuits
 
-    def _gen_config(self, pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
-        """The Gen agg OCS sized to one TP configuration's traffic inside each Gen
-        PoD (its switch's moves and its instances' decode rings) on all but
-        one of each ToR's uplinks; then every PoD's ToRs are joined
-        again (`_join`), because the phases that ride these circuits (gen-ep,
-        a rebalance's KV moves, the response stream) go anywhere in the PoD;
-        ports still free keep the isolated mesh."""
-        gen = self._pods("gen")
-        ports = FreePorts(self.shape, self.agg, self.core, gen, [])
-        for pod in gen:
+    def _sized_joined(self, role: str,
+                      pairs: Optional[Iterable[Pair]]) -> Dict[str, FrozenSet[Circuit]]:
+        """The agg OCS of the ``role``'s PoDs sized to the phase's traffic inside
+        each PoD on all but one of each ToR's uplinks; then every PoD's ToRs
+        are joined again (`_join`), because the phases that ride these
+        circuits go anywhere in the PoD (Gen: gen-ep, a rebalance's KV moves,
+        the response stream; Train: TP across servers, PP); ports still free
+        keep the isolated mesh.  ``gen-config`` sizes one TP configuration
+        (its switch's moves, its instances' decode rings), ``train-layer``
+        one layer type's collectives."""
+        pods = self._pods(role)
+        pairs = list(pairs or ())
+        ports = FreePorts(self.shape, self.agg, self.core, pods, [])
+        for pod in pods:
             kept = self._keep_one_uplink(ports, pod)
             size_circuits(ports, self.circuits_needed(pairs, [pod]))
             self._join(ports, pod, kept)
@@ -404,6 +434,17 @@ class RFabricTemplates:
         PoD are torn when the next phase takes the core."""
         for t, uplink in kept.items():
             ports.agg_free[pod, t].append(uplink)
+        chain = self._components(ports, pod)
+        for left, right in zip(chain, chain[1:]):
+            joined = any(ports.connect((pod, a), (pod, b))
+                         for a in left if ports.agg_free[pod, a]
+                         for b in right if ports.agg_free[pod, b])
+            if not joined:
+                raise FabricError(f"rfabric: no free agg uplinks left to join PoD {pod}'s "
+                                  f"ToRs {left} and {right}")
+
+    def _components(self, ports: FreePorts, pod: int) -> List[List[int]]:
+        """The PoD's ToRs in groups the agg circuits given so far join."""
         parent = {t: t for t in range(self.shape.tors)}
 
         def root(t: int) -> int:
@@ -417,14 +458,7 @@ class RFabricTemplates:
         groups: Dict[int, List[int]] = {}
         for t in range(self.shape.tors):
             groups.setdefault(root(t), []).append(t)
-        chain = list(groups.values())
-        for left, right in zip(chain, chain[1:]):
-            joined = any(ports.connect((pod, a), (pod, b))
-                         for a in left if ports.agg_free[pod, a]
-                         for b in right if ports.agg_free[pod, b])
-            if not joined:
-                raise FabricError(f"rfabric: no free agg uplinks left to join PoD {pod}'s "
-                                  f"ToRs {left} and {right}")
+        return list(groups.values())
 
     def _crosses_pods(self, pairs: Iterable[Pair]) -> bool:
         return any(self.tor_of(src)[0] != self.tor_of(dst)[0] for src, dst, _ in pairs)
@@ -437,6 +471,11 @@ class RFabricTemplates:
             raise FabricError(f"no OCS template for phase kind {kind!r}; "
                               f"known kinds: {sorted(KIND_TEMPLATE)}")
         name = KIND_TEMPLATE[kind]
+        if self.layerwise:
+            name = LAYERWISE_TEMPLATE.get(kind, name)
+            if name == "train-layer" and pairs is not None and not any(
+                    self.tor_of(src) != self.tor_of(dst) for src, dst, _ in pairs):
+                name = RIDES          # the layer type stays under its ToRs
         if name == "train-pod-mesh":
             circuits = self._agg("train")
             if pairs is not None and self._crosses_pods(pairs):
@@ -446,7 +485,11 @@ class RFabricTemplates:
         elif name == RIDES:
             circuits = {}
         elif name == "gen-config":
-            circuits = self._gen_config(pairs)
+            circuits = self._sized_joined("gen", pairs)
+        elif name == "train-layer":
+            circuits = self._sized_joined("train", pairs)
+            if pairs is not None and self._crosses_pods(pairs):
+                circuits.update(self._core(self.isolated))
         elif name == "inter-pod-mesh":
             circuits = self._dp(pairs)
         elif name == "response-share":

@@ -11,6 +11,7 @@ spec           one operation                                          sent per r
 =============  =====================================================  =================
 AllReduce      each group reduces S bytes (ring)                      2(N-1)/N x S
 AllToAll       each rank holds S bytes, S/N to every peer             (N-1)/N x S
+RingP2P        each rank sends S to the next rank of its ring         S
 Pipeline       each lane hop carries S forward (and S backward)       S per hop, per way
 Bipartite      every sender sends S to every receiver (and back)      N_recv x S
 Transfers      explicit (src, dst, S) point-to-point messages         as listed
@@ -36,6 +37,9 @@ class Comm:
     kind: str
     ops: int
     formula: str = ""
+    # The share of ``ops`` in the forward pass, for Train's layer collectives
+    # replayed layer by layer (`traffic.phases`): most run once each way.
+    forward_share: float = 0.5
     primitive: ClassVar[str] = ""
 
     def ranks(self) -> Set[int]:
@@ -90,6 +94,22 @@ class AllToAll(Comm):
 
     def transfers(self) -> List[Transfer]:
         return [(a, b, self.bytes / len(g)) for g in self.groups for a in g for b in g if a != b]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RingP2P(Comm):
+    """Point-to-point around each group's ring: ring attention passes every
+    rank's KV block on to the next CP rank, one step per operation."""
+
+    groups: Tuple[Group, ...]
+    bytes: float                      # S: what each rank passes on per step
+    primitive: ClassVar[str] = "p2p"
+
+    def ranks(self) -> Set[int]:
+        return {r for g in self.groups for r in g}
+
+    def transfers(self) -> List[Transfer]:
+        return [t for g in self.groups for t in _ring(g, self.bytes)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,7 +46,7 @@ from typing import (TYPE_CHECKING, Callable, Dict, Hashable, List, Mapping, Opti
 
 from traffic.scale import Scale
 from traffic import collectives as coll
-from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, Transfers,
+from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, RingP2P, Transfers,
                            WeightSync)
 from traffic.flows import FlowDag, ring_allreduce
 from traffic.ranks import RankMap
@@ -59,6 +59,8 @@ _AFTER = attrgetter("after")
 TRAIN_SIDE = ("train-tp", "train-pp", "train-cp", "train-ep")
 GEN_SIDE = ("gen-tp", "gen-ep", "gen-pd", "gen-af", "response")
 GENERATION_KINDS = ("gen-config", "gen-migrate")     # OrchestrRL's dynamic generation
+LAYER_KINDS = ("train-cp", "train-ep")   # per layer: attention (CP), then the MoE block (EP)
+FORWARD_SHARE = 1.0 / 3.0                # the backward pass costs twice the forward
 PodOf = Callable[[str], Hashable]
 
 
@@ -191,6 +193,15 @@ class _Builder:
         return [coll.all_to_all(list(hosts), {k: self.emu(v * factor) for k, v in pairs.items()},
                                 f"{prefix}-g{g}", start, label=comm.kind)
                 for g, (hosts, pairs) in enumerate(groups.items())]
+
+    def _ringp2p(self, comm: RingP2P, factor, prefix, start, *_):
+        """Every ring's step at once, one flow per host pair (a ring's ranks on
+        one host pass their blocks inside it)."""
+        pairs = _pair_bytes(comm.transfers(), self.rank_map)
+        if not pairs:
+            return []
+        return [coll.point_to_point([(s, d, self.emu(b * factor)) for (s, d), b in pairs.items()],
+                                    prefix, start)]
 
     def _pipeline(self, comm: Pipeline, factor, prefix, start, micro_batches, compute_s):
         chains: Dict[Tuple[str, ...], int] = OrderedDict()
@@ -392,6 +403,78 @@ def _generation_moments(builder: _Builder, step: GenerationStep,
     return moments
 
 
+def _layer_moments(builder: _Builder, iteration: Iteration, train_s: float,
+                   blocks: int) -> List[_Moment]:
+    """Train's CP and EP collectives layer by layer (section 4.3 of the RFabric
+    text), as a chain of network moments::
+
+        forward   f0-cp  f0-ep  f1-cp  f1-ep ... (attention, then the MoE block)
+        backward  ... b1-ep  b1-cp  b0-ep  b0-cp  (the reverse)
+
+    Each stage's ``L/PP`` layers are coalesced into ``blocks`` blocks (at most
+    the layers): moment ``train-f{j}-cp`` carries the CP collectives of
+    block j's forward pass for every micro-batch and every pipeline stage,
+    ``ops x forward_share / blocks`` of the spec's operations (the backward
+    moments the rest: ring attention sends twice as much backward).  Stages and
+    micro-batches run the same layer type at about the same time in a
+    steady pipeline, so the circuits follow the layer type, not the
+    micro-batch: the type alternates 4 x blocks times per iteration instead
+    of 4 x L/PP x m.  The forward pass takes a third of ``train_s``, the
+    backward two thirds, spread evenly over the blocks and, inside a
+    block, over its layer types; a moment owes that compute to the one
+    before it (`Phase.gaps`).  A type whose groups stay inside the servers
+    is compute only.
+    """
+    comms = {kind: iteration.of_kind(kind) for kind in LAYER_KINDS}
+    present = [kind for kind in LAYER_KINDS if comms[kind]]
+    if not present:
+        return []
+    cfg = iteration.config
+    blocks = max(1, min(blocks, cfg.model.layers // cfg.train.pp))
+    moments: List[_Moment] = []
+    begin = 0.0
+    for pass_, share, order in (("f", FORWARD_SHARE, present),
+                                ("b", 1.0 - FORWARD_SHARE, present[::-1])):
+        step = train_s * share / blocks / len(order)
+        for block in (range(blocks) if pass_ == "f" else reversed(range(blocks))):
+            for kind in order:
+                name = f"train-{pass_}{block}-{kind.split('-')[1]}"
+                parts: List[FlowDag] = []
+                ops, real = 0.0, 0.0
+                for index, comm in enumerate(comms[kind]):
+                    factor = comm.ops * (comm.forward_share if pass_ == "f"
+                                         else 1.0 - comm.forward_share) / blocks
+                    ops = max(ops, factor)
+                    real += factor / comm.ops * comm.network_bytes(builder.rank_map)
+                    for dag in builder.build(comm, factor, f"{name}-c{index}", ()):
+                        parts.append(FlowDag._trusted(
+                            [f._replace(group=kind) for f in dag.flows], dag.external))
+                if parts:
+                    moments.append(_Moment(name, kind, begin, step, parts, 1,
+                                           max(1, round(ops)), real, begin))
+                begin += step
+    return moments
+
+
+def _chained(phases: Dict[str, Phase], moments: Sequence[_Moment],
+             rate_bps: float) -> Optional[_Moment]:
+    """Add ``moments`` to ``phases`` as a chain: each waits for the one before
+    it, then for the compute between them (`Phase.gaps`); returns the last."""
+    previous = None
+    for moment in moments:
+        dag = FlowDag._joined([f for part in moment.parts for f in part.flows], moment.parts)
+        after = () if previous is None else (previous.name,)
+        gaps = () if previous is None else ((previous.name,
+                                             moment.start_s - previous.anchor_s),)
+        info = TABLE1[moment.kind]
+        phases[moment.name] = Phase(
+            moment.name, moment.kind, info.stage, info.window, moment.start_s, dag, after,
+            moment.replayed, moment.ops_real, moment.span_s, moment.real_bytes,
+            max(dag.ideal_finish_s(rate_bps).values()), gaps)
+        previous = moment
+    return previous
+
+
 # ---------------------------------------------------------------- the schedule
 def _gc_paused(build):
     """Run ``build`` with the cyclic garbage collector off: a schedule at the
@@ -413,7 +496,8 @@ def _gc_paused(build):
 def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale(),
                  max_ops: int = 4, link_gbps: float = 400.0, pod_of: Optional[PodOf] = None,
                  chunks: int = 1, spans: Optional[Mapping[str, float]] = None,
-                 generation: Optional[GenerationStep] = None) -> Schedule:
+                 generation: Optional[GenerationStep] = None,
+                 layerwise: bool = False) -> Schedule:
     """Phases of one iteration in emulated units (see the module docstring).
 
     ``pod_of(host)`` makes DP all-reduces that span PoDs hierarchical
@@ -430,6 +514,12 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
     one before it and then for the decode compute between them
     (`Phase.gaps`), so a slow migration delays everything after it.  The
     weight sync owes the compute after the chain's last moment.
+
+    ``layerwise`` replaces the ``train-cp`` and ``train-ep`` phases spread
+    over ``train_s`` by a chain of per-layer-block phases (`_layer_moments`,
+    ``max_ops`` blocks), so that a control proxy can give each layer type
+    its own circuits; ``train-dp`` owes the backward compute after the
+    chain's last moment.
     """
     if max_ops < 1:
         raise ValueError(f"max_ops must be >= 1, got {max_ops}")
@@ -472,29 +562,30 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
                              replayed, max(c.ops for c in comms), span_s, networked, ideal)
 
     for kind in TRAIN_SIDE:
-        make(kind, 0.0, train_s)
+        if not (layerwise and kind in LAYER_KINDS):
+            make(kind, 0.0, train_s)
+    layers = _chained(phases, _layer_moments(builder, iteration, train_s, max_ops)
+                      if layerwise else [], rate_bps)
+    for kind in LAYER_KINDS if layerwise else ():
+        comms = iteration.of_kind(kind)
+        inside = sum(c.ops * c.bytes_per_op() - c.network_bytes(rank_map) for c in comms)
+        if inside > 0:
+            off[kind] = inside
     for kind in GEN_SIDE:
         if generation is None or kind != "gen-tp":
             make(kind, 0.0, gen_s)
     chain_tail: Tuple[Tuple[str, float], ...] = ()
     if generation is not None:
-        previous = None
-        for moment in _generation_moments(builder, generation, cfg.train.world):
-            dag = FlowDag._joined([f for part in moment.parts for f in part.flows],
-                                  moment.parts)
-            after = () if previous is None else (previous.name,)
-            gaps = () if previous is None else ((previous.name,
-                                                 moment.start_s - previous.anchor_s),)
-            info = TABLE1[moment.kind]
-            phases[moment.name] = Phase(
-                moment.name, moment.kind, info.stage, info.window, moment.start_s, dag, after,
-                moment.replayed, moment.ops_real, moment.span_s, moment.real_bytes,
-                max(dag.ideal_finish_s(rate_bps).values()), gaps)
-            previous = moment
+        previous = _chained(phases, _generation_moments(builder, generation, cfg.train.world),
+                            rate_bps)
         if previous is not None:
             chain_tail = ((previous.name, max(0.0, gen_s - previous.anchor_s)),)
-    train_end = max([train_s] + [phases[k].planned_end_s for k in TRAIN_SIDE if k in phases])
-    make("train-dp", train_end, 0.0, TRAIN_SIDE)
+    train_side = TRAIN_SIDE + tuple(p.name for p in phases.values() if p.kind in LAYER_KINDS
+                                    and p.name != p.kind)
+    train_end = max([train_s] + [phases[k].planned_end_s for k in train_side if k in phases])
+    make("train-dp", train_end, 0.0, train_side)
+    if layers is not None and "train-dp" in phases:
+        phases["train-dp"].gaps = ((layers.name, max(0.0, train_s - layers.anchor_s)),)
     ready = (phases["train-dp"].planned_end_s if "train-dp" in phases else train_end)
     ready += scale.emu_seconds(cfg.compute.optimizer_s)
     ready = max([ready] + [phases[k].planned_end_s for k in GEN_SIDE if k in phases])

@@ -26,8 +26,14 @@ Train (Megatron):
   * PP send/recv of activations b x s/CP x h x beta per micro-batch and stage
     boundary, forward and (gradients) backward, split over the TP lanes
     (Megatron scatter/gather): S = b x s/CP x h x beta / TP per lane, ops = m.
-  * CP all-to-all (Ulysses): Q, K, V in and O out, S = b x s/CP x
-    (2h + 2h_kv) x beta / TP per layer, forward and backward: ops = 2 x L_s x m.
+  * CP (``cp_comm``), Table 1's "P2P or All-to-All":
+    ``a2a``, Ulysses all-to-all: Q, K, V in and O out, S = b x s/CP x
+    (2h + 2h_kv) x beta / TP per layer, forward and backward: ops = 2 x L_s x m
+    (Ulysses splits heads: h/TP heads must divide by CP).
+    ``p2p``, ring attention: each rank passes its KV block, S = b x s/CP x
+    2h_kv x beta / TP, to the next CP rank, CP-1 steps per layer forward and
+    2(CP-1) backward (KV and its gradient): ops = 3(CP-1) x L_s x m, a third
+    of them forward.  No head constraint.
   * EP all-to-all: dispatch and combine, forward and backward, of the
     routed copies of the rank's tokens: S = b x s/(CP x TP) x k x h x beta
     (top-k, sequence-parallel tokens), ops = 4 x L_s x m.
@@ -37,7 +43,11 @@ Gen (vLLM, continuous batching of q sequences per replica):
     beta, ops = 2L; decode S = q x h x beta, ops = 2L x r.
   * EP all-to-all, dispatch + combine per MoE layer: S = q x k x h x beta /
     TP per decode step (ops = 2L x r) and q x prompt x k x h x beta / TP at
-    prefill (ops = 2L).
+    prefill (ops = 2L).  With A/F the M2N below is the decode's dispatch
+    and combine (the experts live on the FFN replicas), so there is no
+    decode all-to-all; prefill keeps its all-to-all among the prefill
+    replicas of P/D (whole layers), or, without P/D, dispatches through the
+    M2N as well.
   * P/D KV bursts (``pd_prefill``:``pd_decode`` replicas per block): a
     request's KV cache, prompt x 2 x L x h_kv x beta, from TP rank i of its
     prefill replica to TP rank i of its decode replica (1/TP each); one
@@ -46,7 +56,9 @@ Gen (vLLM, continuous batching of q sequences per replica):
   * A/F M2N (``af_attention``:``af_ffn`` replicas per block): per layer and
     decode step, every attention lane sends its tokens' hidden states
     q_a x h x beta / (TP x F) to the same lane of each FFN replica, which
-    sends the result back (dispatch + combine): ops = L x r.
+    sends the result back (dispatch + combine): ops = L x r; without P/D the
+    prefill's tokens take the same way, q_a x prompt x h x beta / (TP x F),
+    ops = L.
 
 Between the stages:
   * Weight sync T2G, two stages (section 3, Figure 2): the Train DP group
@@ -72,9 +84,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, Transfer, Transfers,
-                           WeightSync)
+from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, RingP2P, Transfer,
+                           Transfers, WeightSync)
 from traffic.ranks import Parallelism, RankError, RankMap, gen_grid, replica_rank, train_grid
+
+
+CP_COMMS = ("a2a", "p2p")        # Train CP: Ulysses all-to-all, ring attention
 
 
 class WorkloadError(ValueError):
@@ -202,6 +217,7 @@ class RLConfig:
     pd_decode: int = 0
     af_attention: int = 0
     af_ffn: int = 0
+    cp_comm: str = "a2a"          # Train CP: "a2a" (Ulysses) or "p2p" (ring attention)
     compute: ComputeTimes = field(default_factory=ComputeTimes)
 
     def __post_init__(self):
@@ -251,6 +267,9 @@ class RLConfig:
                 raise WorkloadError(f"{name} must be an integer >= 1, got {value!r}")
         if self.gen_pods > self.gen.dp:
             raise WorkloadError(f"gen_pods={self.gen_pods} exceeds the {self.gen.dp} Gen replicas")
+        if self.cp_comm not in CP_COMMS:
+            raise WorkloadError(f"cp_comm must be one of {', '.join(CP_COMMS)}, "
+                                f"got {self.cp_comm!r}")
         if self.model.layers % self.train.pp:
             raise WorkloadError(f"train.pp={self.train.pp} must divide the model's "
                                 f"{self.model.layers} layers")
@@ -311,7 +330,14 @@ def _train(cfg: RLConfig) -> List[Comm]:
             kind="train-pp", chains=tuple(grid.groups("pp")),
             bytes=tokens * m.hidden * beta / par.tp, ops=micro,
             formula="S = b x s/CP x h x beta / TP per lane; fwd + bwd per micro-batch: ops = m"))
-    if par.cp > 1:
+    if par.cp > 1 and cfg.cp_comm == "p2p":
+        comms.append(RingP2P(
+            kind="train-cp", groups=tuple(grid.groups("cp")),
+            bytes=tokens * 2 * m.kv_dim * beta / par.tp,
+            ops=3 * (par.cp - 1) * stage_layers * micro, forward_share=1 / 3,
+            formula="ring attention: S = b x s/CP x 2h_kv x beta / TP to the next CP rank; "
+                    "CP-1 steps fwd + 2(CP-1) bwd: ops = 3(CP-1) x L/PP x m"))
+    elif par.cp > 1:
         comms.append(AllToAll(
             kind="train-cp", groups=tuple(grid.groups("cp")),
             bytes=tokens * (2 * m.hidden + 2 * m.kv_dim) * beta / par.tp,
@@ -389,7 +415,7 @@ def _gen(cfg: RLConfig) -> List[Comm]:
             kind="gen-tp", groups=tuple(tp_groups[r] for r in decode),
             bytes=q_dec * m.hidden * beta, ops=2 * m.layers * steps,
             formula="decode: S = q x h x beta; ops = 2L x r"))
-    if m.moe and par.ep > 1:
+    if m.moe and par.ep > 1 and not cfg.af_attention:
         ep_groups = tuple(grid.groups("ep"))
         comms.append(AllToAll(
             kind="gen-ep", groups=ep_groups,
@@ -399,6 +425,19 @@ def _gen(cfg: RLConfig) -> List[Comm]:
             kind="gen-ep", groups=ep_groups,
             bytes=q_dec * m.top_k * m.hidden * beta / par.tp, ops=2 * m.layers * steps,
             formula="decode: S = q x k x h x beta / TP; dispatch + combine: ops = 2L x r"))
+    elif m.moe and par.ep > 1 and cfg.pd_prefill:
+        # A/F's M2N carries the decode's expert traffic; the prefill replicas run
+        # whole layers, their experts split over EP groups of prefill replicas.
+        chunks = [prefill[i:i + par.ep] for i in range(0, len(prefill), par.ep)]
+        groups = tuple(_replica_ranks(grid, chunk, lane) for chunk in chunks if len(chunk) > 1
+                       for lane in range(par.tp))
+        if groups:
+            comms.append(AllToAll(
+                kind="gen-ep", groups=groups,
+                bytes=q_pre * cfg.prompt_len * m.top_k * m.hidden * beta / par.tp,
+                ops=2 * m.layers,
+                formula="prefill, among prefill replicas (A/F carries the decode): "
+                        "S = q x prompt x k x h x beta / TP; ops = 2L"))
     if cfg.pd_prefill:
         block = cfg.pd_prefill + cfg.pd_decode
         items = []
@@ -424,6 +463,13 @@ def _gen(cfg: RLConfig) -> List[Comm]:
             kind="gen-af", pairs=tuple(pairs), combine=True,
             bytes=q_dec * m.hidden * beta / (par.tp * cfg.af_ffn), ops=m.layers * steps,
             formula="S = q_a x h x beta / (TP x F) per pair; dispatch + combine: ops = L x r"))
+        if not cfg.pd_prefill:
+            comms.append(Bipartite(
+                kind="gen-af", pairs=tuple(pairs), combine=True,
+                bytes=q_dec * cfg.prompt_len * m.hidden * beta / (par.tp * cfg.af_ffn),
+                ops=m.layers,
+                formula="prefill through the M2N: S = q_a x prompt x h x beta / (TP x F) "
+                        "per pair; ops = L"))
     return comms
 
 

@@ -21,8 +21,18 @@ across servers); each rebalance is a ``gen-migrate`` phase.  On ``rfabric``
 the control proxy (`controllers.proxy_core`) gives each TP configuration its
 own circuit template on the Gen PoD's aggregation OCS, profiles them in
 iteration 1 (on demand, exposed) and puts them in place ahead of each switch
-from iteration 2.  gen-ep (the MoE toy model's expert all-to-all) and the
+from iteration 2.  gen-ep (Qwen2-57B-A14B's expert all-to-all) and the
 rebalance's KV moves have Small windows: they ride whatever is lit.
+
+With ``layerwise``, training runs layer by layer (RFabric section 4.3:
+`traffic.phases.build_phases`): ring attention's CP and the MoE block's EP
+alternate through the forward and backward passes, and the proxy gives each
+layer type circuits sized to it on the Train PoD's aggregation OCS
+(`controllers.rfabric_templates`, ``train-layer``), profiled in iteration 1
+and put in ahead of each layer from iteration 2; reported per layer-type
+change (``metrics.layers``) and drawn in ``orchestrrl_layers.png``.  Off by
+default: on the emulator a change per layer takes the control plane longer
+than a layer's compute (README, "Layer-wise training").
 
 Reported per fabric and policy: step and iteration time, throughput relative
 to ``static`` on the same fabric next to the text's "up to 1.40x", the
@@ -43,6 +53,7 @@ Runs (as root)::
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -56,7 +67,7 @@ from topologies import registry
 from topologies.rfabric import shape_of as rfabric_shape
 from traffic import generation as gen
 from traffic.iterations import IterationRun, steady_time
-from traffic.phases import Schedule, build_phases
+from traffic.phases import LAYER_KINDS, Schedule, build_phases
 from traffic.ranks import Parallelism
 from traffic.workload import (QWEN2_57B_A14B, ComputeTimes, RLConfig, WorkloadError,
                               build_iteration)
@@ -86,8 +97,12 @@ FIELDS = {
     "prompt_len": Field(int, 256, "prompt tokens per sequence", minimum=1),
     "train_s": Field(float, 0.5, "Train compute per iteration, real s (x tdf)", minimum=0.0),
     "optimizer_s": Field(float, 0.05, "optimizer step, real s (x tdf)", minimum=0.0),
-    "max_ops": Field(int, 4, "replayed operations per communication (coalesced)",
-                     minimum=1, maximum=16),
+    "max_ops": Field(int, 4, "replayed operations per communication (coalesced); also "
+                     "the layer blocks of the layer-wise Train phases", minimum=1, maximum=16),
+    "layerwise": Field(bool, False, "Train's CP ring and EP all-to-all layer by layer, "
+                       "with circuits per layer type on rfabric (RFabric section 4.3); off by "
+                       "default: on the emulator a change per layer outruns the control "
+                       "plane (README)"),
     "model_gpus": Field(list, [2048, 4096], "GPU counts of the flow-level model runs "
                         "(empty: none)", item=int, minimum=64),
     "model_radix": Field(int, 64, "EPS radix at the model's scale", choices=[64, 128]),
@@ -110,14 +125,31 @@ def policy_params(gpus_per_server: int) -> gen.PolicyParams:
 def emulated_config(settings, gpus: int, gpus_per_server: int,
                     compute: Optional[ComputeTimes] = None) -> RLConfig:
     """Qwen2-57B-A14B (its 14B active parameters are what the decode model's
-    weights read stands for; MoE, so generation has an expert all-to-all),
-    half Train (TP = a server, PP = 2), half Gen (TP = a server, EP = 2)."""
-    if gpus % (4 * gpus_per_server):
+    weights read stands for; MoE, so both clusters have an expert all-to-all).
+
+    Half Train: TP = a server, PP = 2, DP = EP = 2 (the MoE block's
+    all-to-all between the two replicas), and context parallelism over the
+    rest with ring attention (``cp_comm = "p2p"``): at 48 GPUs both of
+    section 4.3's layer types cross ToRs, each with its own partners (a CP
+    ring runs through three servers of a stage, EP pairs a server with its
+    twin in the other replica); at 32 a CP pair shares its ToR and rides.
+    CP is there for its traffic pattern: at these sequence lengths it saves
+    no memory.  Ring attention, because Ulysses would need the 14 heads of
+    a TP rank to divide by CP (3 at 48 GPUs).  Half Gen:
+    TP = a server, EP = 2: its expert all-to-all has Small windows and rides.
+    No Attention-FFN disaggregation: its M2N would replace that all-to-all
+    (the experts would live on FFN replicas), and an instance that switches
+    TP here is a whole model replica, which the decode-time formula times.
+    """
+    if gpus % (8 * gpus_per_server):
         raise WorkloadError(f"orchestrrl: {gpus} GPUs must split into Train and Gen halves "
-                            f"of whole pairs of {gpus_per_server}-GPU servers")
+                            f"of whole groups of four {gpus_per_server}-GPU servers (Train: "
+                            "PP 2 x DP 2)")
     half = gpus // 2
     lengths, _, _ = gen.load_defaults()
-    return RLConfig(model=QWEN2_57B_A14B, train=Parallelism(tp=gpus_per_server, pp=2, dp=0),
+    train = Parallelism(tp=gpus_per_server, pp=2, cp=half // (4 * gpus_per_server), ep=2,
+                        dp=2)
+    return RLConfig(model=QWEN2_57B_A14B, train=train, cp_comm="p2p",
                     gen=Parallelism(tp=gpus_per_server, ep=2, dp=0), train_gpus=half,
                     gen_gpus=half, gpus_per_server=gpus_per_server,
                     batch_prompts=half * settings["batch_per_gpu"], responses_per_prompt=1,
@@ -135,9 +167,9 @@ def generation_step(cfg: RLConfig, policy: str, seed: int) -> gen.GenerationStep
 
 
 def schedule_for(cfg: RLConfig, step: gen.GenerationStep, hosts, scale, max_ops: int,
-                 pod_of=None) -> Schedule:
+                 pod_of=None, layerwise: bool = True) -> Schedule:
     return build_phases(build_iteration(cfg), cfg.rank_map(list(hosts)), scale,
-                        max_ops=max_ops, generation=step, pod_of=pod_of)
+                        max_ops=max_ops, generation=step, pod_of=pod_of, layerwise=layerwise)
 
 
 def iteration_compute_s(cfg: RLConfig, step: gen.GenerationStep) -> float:
@@ -219,18 +251,48 @@ def _mean(values) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
-def switch_rows(record: PolicyRecord) -> List[dict]:
-    """Per switch (a gen-config phase occurrence that got new circuits): the
+_LAYER_PHASE = re.compile(r"train-[fb]\d+-(cp|ep)")
+
+
+def phase_kind(name: str) -> str:
+    """The kind of a phase of `schedule_for`'s schedules, from its name: a
+    TP configuration ``gen-config{k}-tp{t}``, a rebalance ``gen-migrate{j}``, a layer-wise
+    ``train-{f|b}{block}-{cp|ep}``, else the name (one phase per kind)."""
+    for kind in ("gen-config", "gen-migrate"):
+        if name.startswith(kind):
+            return kind
+    layer = _LAYER_PHASE.fullmatch(name)
+    return f"train-{layer.group(1)}" if layer else name
+
+
+def _reconfig_rows(record: PolicyRecord, kinds) -> List[dict]:
+    """Per occurrence of a phase of ``kinds`` that got new circuits: the
     reconfiguration exposed and hidden, from the proxy."""
     if record.proxy is None:
         return []
     count = len(record.iterations)
     return [{"fabric": record.fabric, "policy": record.policy, "iteration": o["iteration"],
-             "phase": o["phase"], "template": o["template"], "mode": o["mode"],
-             "reconfig_s": o["reconfig_s"], "exposed_s": o["exposed_s"],
-             "hidden_s": o["hidden_s"]}
+             "phase": o["phase"], "kind": phase_kind(o["phase"]), "ocs": o.get("ocs", []),
+             "template": o["template"], "mode": o["mode"], "reconfig_s": o["reconfig_s"],
+             "exposed_s": o["exposed_s"], "hidden_s": o["hidden_s"]}
             for o in record.proxy.occurrences()
-            if o["iteration"] <= count and o["phase"].startswith("gen-config")]
+            if o["iteration"] <= count and phase_kind(o["phase"]) in kinds]
+
+
+def switch_rows(record: PolicyRecord) -> List[dict]:
+    """Per switch (a gen-config phase occurrence that got new circuits)."""
+    return _reconfig_rows(record, ("gen-config",))
+
+
+def layer_rows(record: PolicyRecord) -> List[dict]:
+    """Per layer-type change of the Train circuits (a layer-wise train-cp or
+    train-ep phase occurrence that got new circuits)."""
+    return _reconfig_rows(record, LAYER_KINDS)
+
+
+def _per_iteration(rows: List[dict], count: int) -> Dict[int, float]:
+    return {i: sum(r["exposed_s"] for r in rows if r["iteration"] == i)
+            for i in range(1, count + 1)}
 
 
 def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[List[dict]] = None,
@@ -241,7 +303,7 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
     t0 = min(r.base for r in records)
     outcome.t0 = t0
     static = {r.fabric: r for r in records if r.policy == "static"}
-    rows, switches, spans, dark, steps_rows = [], [], [], [], []
+    rows, switches, layers, spans, dark, steps_rows = [], [], [], [], [], []
     metrics: Dict = {}
     for record in records:
         ref = static.get(record.fabric)
@@ -253,10 +315,11 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
                 if gain is not None and compute_gain and abs(compute_gain - 1.0) > 1e-9
                 else None)
         step_times = record.step_times()
-        own = switch_rows(record)
+        own, own_layers = switch_rows(record), layer_rows(record)
         switches += own
-        exposed = {i: sum(r["exposed_s"] for r in own if r["iteration"] == i)
-                   for i in range(1, len(record.iterations) + 1)}
+        layers += own_layers
+        exposed = _per_iteration(own, len(record.iterations))
+        layer_exposed = _per_iteration(own_layers, len(record.iterations))
         row = {"fabric": record.fabric, "policy": record.policy,
                "iteration_first_s": record.times()[0], "iteration_s": steady,
                "step_s": _mean(step_times[1:] or step_times),
@@ -271,6 +334,10 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
                "rebalance_moved_real_mb": record.step.moved_bytes("rebalance") / 1e6,
                "exposed_switch_first_s": exposed.get(1, 0.0),
                "exposed_switch_later_s": _mean(exposed[i] for i in exposed if i > 1),
+               "layer_reconfigs_first_count": sum(r["iteration"] == 1 for r in own_layers),
+               "exposed_layers_first_s": layer_exposed.get(1, 0.0),
+               "exposed_layers_later_s": _mean(layer_exposed[i] for i in layer_exposed
+                                               if i > 1),
                "exposed_first_s": record.iterations[0].exposed_s,
                "exposed_later_s": _mean(it.exposed_s for it in record.iterations[1:])}
         rows.append(row)
@@ -291,6 +358,8 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
     metrics["policies"] = rows
     if switches:
         metrics["switches"] = switches
+    if layers:
+        metrics["layers"] = layers
     metrics["generation"] = steps_rows
     metrics["text_gain_ratio"] = TEXT_GAIN
     lengths, decode, _ = gen.load_defaults()
@@ -315,7 +384,11 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
 # ---------------------------------------------------------------- the model at scale
 def scale_config(gpus: int, settings) -> RLConfig:
     """Qwen2-57B-A14B at ``gpus`` (half Train, half Gen) on 8-GPU servers, with
-    the emulated run's rule: Gen instances of one server (TP 8) widening to two."""
+    the emulated run's rule for Gen: instances of one server (TP 8) widening
+    to two, EP 2.  Train keeps `traffic.workload.qwen2_moe`'s TP 4,
+    PP 2, EP 4 without CP: a CP spanning half the replicas, as at 48 GPUs,
+    would be hundreds of ranks here; its EP all-to-all is the layer type
+    that gets circuits."""
     from emu.experiments.rfabric_scale import compute_times
     from traffic.workload import qwen2_moe
 
@@ -352,9 +425,11 @@ def model_at_scale(settings, log) -> List[dict]:
             step = generation_step(cfg, policy, settings["seed"])
             compute = iteration_compute_s(cfg, step)
             for name, fabric in fabrics.items():
-                sched = schedule_for(cfg, step, fabric.hosts, Scale(), settings["max_ops"])
+                sched = schedule_for(cfg, step, fabric.hosts, Scale(), settings["max_ops"],
+                                     layerwise=settings["layerwise"])
                 log(f"  model {gpus} GPUs, {name}, {policy}: {len(sched.phases)} phases")
                 figures = model_fabric(fabric, sched, cfg, {"mode": settings["mode"],
+                                                            "layerwise": settings["layerwise"],
                                                             "coalesce": settings["coalesce"],
                                                             "iterations": settings["iterations"]},
                                        cal, log)
@@ -382,8 +457,10 @@ def model_at_scale(settings, log) -> List[dict]:
 # ---------------------------------------------------------------- the run
 def _parts(name: str, spec: str, cfg: RLConfig, step, scale, settings):
     fabric = registry.build(spec)
-    sched = schedule_for(cfg, step, fabric.hosts, scale, settings["max_ops"])
-    proxy = (ControlProxy(fabric, mode=settings["mode"], tdf=scale.tdf)
+    sched = schedule_for(cfg, step, fabric.hosts, scale, settings["max_ops"],
+                         layerwise=settings["layerwise"])
+    proxy = (ControlProxy(fabric, mode=settings["mode"], tdf=scale.tdf,
+                          layerwise=settings["layerwise"])
              if fabric.name == "rfabric" else None)
     return fabric, sched, proxy
 

@@ -1,13 +1,15 @@
 """Disaggregated RL on several fabrics: the RFabric Figure 6 comparison, emulated.
 
-One small RL workload (`WORKLOADS`: a 0.5 B-parameter toy model on 16 GPUs,
-Train TP=2 x PP=2 x DP=2 in one PoD, Gen TP=2 x DP=4 with 1:1 P/D in the
-other, one-step asynchronous) is laid out as phases by `traffic.phases` and
-replayed for ``iterations`` on each fabric of ``fabrics``, one testbed at a
-time (``OWNS_TESTBEDS``: `emu.live.series`).  Phases that overlap in the layout
-run concurrently (`emu.live.rlreplay`).  Every fabric gets the same flows:
-the ranks land on hosts h1..h16 in the same order (Train first), and the
-DAGs do not depend on the fabric (flat rings, no PoD-aware all-reduce).
+One small RL workload (`WORKLOADS`: ``toy-16``, a dense 0.5 B-parameter toy
+model on 16 GPUs, Train TP=2 x PP=2 x DP=2 in one PoD, Gen TP=2 x DP=4 with
+1:1 P/D in the other, one-step asynchronous; or ``toy-moe-16``, the same as
+a small MoE with Gen EP=2 and, on the decode side, 1:1 A/F) is laid out as
+phases by `traffic.phases` and replayed for ``iterations`` on each fabric of
+``fabrics``, one testbed at a time (``OWNS_TESTBEDS``: `emu.live.series`).
+Phases that overlap in the layout run concurrently (`emu.live.rlreplay`).
+Every fabric gets the same flows: the ranks land on hosts h1..h16 in the
+same order (Train first), and the DAGs do not depend on the fabric (flat
+rings, no PoD-aware all-reduce).
 
 The fabric under test is ``[fabric] spec`` (an ``rfabric`` spec); the others
 are built at its GPU count, radix and GPUs per server (`fabric_specs`):
@@ -17,6 +19,8 @@ ring-with-chords circuits: no proxy drives it, its GPUs forward).  On
 ``rfabric`` the RFabric control proxy (`controllers.proxy_core`, mode
 ``mode``) reconfigures the OCS per phase with ``preset``'s Table 2 delay x
 tdf: profiling (on demand) in iteration 1, ahead of time from iteration 2.
+gen-ep and gen-af have Small windows (Table 1): the proxy sets no circuits
+for them, they ride what is lit.
 
 Reported (emulated seconds, real ones = emulated / tdf): iteration time per
 fabric and iteration; time per phase; normalized throughput = FT iteration
@@ -37,9 +41,9 @@ Runs (as root)::
   .venv/bin/python -m emu.run rfabric --set fabrics=fattree,clos,fattree-os,roft,sip-ocs,rfabric
   .venv/bin/python -m emu.run rfabric --set rfabric.mode=reactive
 
-Each fabric takes about a minute for two iterations (sip-ocs two: its GPUs
-forward, over 100G ports).  Results: ``<run>/<fabric>/`` holds each
-testbed's controller.log, dumps/ and per-flow iperf3 JSON.
+Each fabric takes about a minute for two iterations of ``toy-16`` (sip-ocs
+two: its GPUs forward, over 100G ports).  Results: ``<run>/<fabric>/`` holds
+each testbed's controller.log, dumps/ and per-flow iperf3 JSON.
 """
 
 from __future__ import annotations
@@ -69,6 +73,13 @@ COST_NAME = {"fattree": "clos"}                # the cost model's FT is the fold
 
 TOY = Model("toy-0.5B", params=0.5e9, layers=16, hidden=2048, heads=16, kv_heads=4,
             head_dim=128)
+# A small MoE model: 16 layers, hidden 2048, 16 query heads and 4 KV heads of 128;
+# 8 routed experts per layer of intermediate size 384 (SwiGLU: gate, up and down
+# projections, 3 x 2048 x 384 each), top-2.  Routed experts: 8 x 16 x 3 x 2048 x 384
+# = 0.302e9, 60 % of the 0.5e9 parameters; the dense rest, 0.198e9, is attention
+# (16 x 2048 x (2 x 2048 + 2 x 512) = 0.168e9) plus embeddings, norms and routers.
+TOY_MOE = Model("toy-moe-0.5B", params=0.5e9, layers=16, hidden=2048, heads=16, kv_heads=4,
+            head_dim=128, experts=8, top_k=2, expert_params=8 * 16 * 3 * 2048 * 384)
 
 
 def toy_16(compute: ComputeTimes) -> RLConfig:
@@ -82,7 +93,35 @@ def toy_16(compute: ComputeTimes) -> RLConfig:
                     pd_prefill=1, pd_decode=1, compute=compute)
 
 
-WORKLOADS = {"toy-16": toy_16}
+def toy_moe_16(compute: ComputeTimes) -> RLConfig:
+    """16 GPUs, 2 per server, `TOY_MOE` (MoE, 8 experts, top-2): Train TP=2 x PP=2 x
+    DP=2 (8 GPUs, no EP: the experts' gradients reduce over the same DP pairs as
+    the dense ones); Gen TP=2 x DP=4 x EP=2 (8 GPUs, one replica per server) as
+    2 prefill + 2 decode replicas (P/D 1:1), the 2 decode replicas split by A/F
+    1:1 into 1 attention + 1 FFN replica; 16 prompts x 4 responses of 1K + 1K
+    tokens.
+
+    TP stays in the server.  On the network: PP send/recv, the DP all-reduces
+    (dense and experts), the P/D KV bursts (prefill -> attention replica), the
+    prefill's EP all-to-all between the two prefill replicas (``gen-ep``), the
+    A/F M2N (``gen-af``: the attention replica's lanes to the FFN replica's,
+    which hold the experts: it is the decode's dispatch and combine), the
+    response stream and the weight sync.  gen-ep and gen-af have Small
+    windows (Table 1): they ride the EPS and the circuits in place, the
+    RFabric proxy sets none for them
+    (`controllers.rfabric_templates.KIND_TEMPLATE`).  Their volume (8 GiB
+    each per iteration, decode steps included) is a large share of the
+    scenario's default ``gen_s`` (0.1 s) at 400 Gbit/s.  That is the toy's
+    artefact, not the fabrics': its decode time is compressed about
+    fifty-fold (1,024 decode steps in 0.1 s), its per-step traffic is not.
+    Why ``toy-16`` stays dense."""
+    return RLConfig(model=TOY_MOE, train=Parallelism(tp=2, pp=2, dp=2),
+                    gen=Parallelism(tp=2, dp=4, ep=2), gpus_per_server=2, batch_prompts=16,
+                    responses_per_prompt=4, prompt_len=1024, response_len=1024,
+                    pd_prefill=1, pd_decode=1, af_attention=1, af_ffn=1, compute=compute)
+
+
+WORKLOADS = {"toy-16": toy_16, "toy-moe-16": toy_moe_16}
 
 FIELDS = {
     "fabrics": Field(list, ["fattree", "rfabric"], "fabrics to compare, in order; the first "

@@ -162,7 +162,8 @@ def model_fabric(fabric, sched, cfg, settings, cal, log,
                  arrays: Optional[ScheduleArrays] = None) -> dict:
     """One fabric's iterations on the model; a row of figures (real seconds).
     ``arrays``: the schedule's flows as arrays, when several fabrics share them."""
-    proxy = (ControlProxy(fabric, mode=settings["mode"], tdf=1.0)
+    proxy = (ControlProxy(fabric, mode=settings["mode"], tdf=1.0,
+                          layerwise=settings.get("layerwise", False))
              if fabric.name == "rfabric" else None)
     started = time.time()
     runner = ModelIterationRunner(fabric, sched, lambda gbps: gbps * 1e9, cal,

@@ -21,6 +21,13 @@
     or else from ``timeline.series`` (binned, and summed over every run
     that overlaps the window);
 
+* ``orchestrrl_layers.png``: Train's layer-wise phases (``train-{f|b}{block}-{cp|ep}``,
+  RFabric section 4.3) in iterations 1 and 2 of the same run, one panel
+  each, seconds from the iteration's start up to the DP all-reduce's end:
+  the phases as bars per kind (waits for circuits hatched) and the dark
+  windows of the OCS the layer types reconfigure, with the
+  reconfigurations' exposed and hidden time from ``metrics.layers``;
+
 * ``orchestrrl_policies.png``: per fabric and policy, the throughput
   relative to ``static`` on the same fabric with the network, next to the
   compute-only gain (hatched), against the text's "up to 1.40x"; with
@@ -45,15 +52,18 @@ from emu.report.load import FLOWS_FILE
 from emu.report.plots import new_figure
 
 STEP_PNG, POLICIES_PNG = "orchestrrl_step.png", "orchestrrl_policies.png"
+LAYERS_PNG = "orchestrrl_layers.png"
 
 TEXT_GAIN = 1.40                  # OrchestrRL's abstract, when the result does not say
 DYNAMIC = ("switch+rebalance", "switch")     # the most dynamic policy first
-GEN_GROUPS = ("gen-switch", "gen-migrate", "gen-config", "gen-ep")
-KINDS = ("train-pp", "train-dp", "gen-ep", "gen-config", "gen-migrate", "response",
-         "weight-sync")
-KIND_COLORS = {"train-pp": "tab:olive", "train-dp": "tab:green", "gen-ep": "tab:purple",
-               "gen-config": "tab:blue", "gen-migrate": "tab:orange", "gen-switch": "tab:red",
-               "response": "tab:cyan", "weight-sync": "tab:brown"}
+GEN_GROUPS = ("gen-switch", "gen-migrate", "gen-config", "gen-ep", "gen-af")
+KINDS = ("train-cp", "train-ep", "train-pp", "train-dp", "gen-ep", "gen-af", "gen-config",
+         "gen-migrate", "response", "weight-sync")
+TRAIN_KINDS = ("train-cp", "train-ep", "train-tp", "train-pp", "train-dp")
+KIND_COLORS = {"train-cp": "tab:pink", "train-ep": "tab:olive", "train-tp": "tab:gray",
+               "train-pp": "goldenrod", "train-dp": "tab:green", "gen-ep": "tab:purple",
+               "gen-af": "darkviolet", "gen-config": "tab:blue", "gen-migrate": "tab:orange",
+               "gen-switch": "tab:red", "response": "tab:cyan", "weight-sync": "tab:brown"}
 EVENT_COLORS = {"switch": "tab:red", "rebalance": "tab:orange"}
 POLICY_COLORS = {"static": "tab:gray", "switch": "tab:blue", "switch+rebalance": "tab:green"}
 
@@ -486,6 +496,79 @@ def plot_step(result: dict, run_dir: Path, path: Path) -> Optional[Path]:
     return path
 
 
+# ---------------------------------------------------------------- the layer types
+def _dark(result: dict, label: str, names, lo: float, hi: float) -> List[Tuple[float, float]]:
+    """The run's dark windows on OCS ``names`` overlapping [lo, hi], absolute."""
+    out = []
+    for window in _rows(result.get("timeline") or {}, "dark_windows"):
+        name = str(window.get("label", ""))
+        start, end = _number(window.get("start")), _number(window.get("end"))
+        if (name.startswith(label + " ") and name[len(label) + 1:] in names
+                and start is not None and end is not None and end >= lo and start <= hi):
+            out.append((start, end))
+    return out
+
+
+def plot_layers(result: dict, path: Path) -> Optional[Path]:
+    picked = pick_run(result)
+    if picked is None:
+        return None
+    row, _ = picked
+    label = f"{row['fabric']}/{row['policy']}"
+    rows = [r for r in _rows(_metrics(result), "layers")
+            if f"{r.get('fabric')}/{r.get('policy')}" == label]
+    panels = []
+    for iteration in (1, 2):
+        spans = [s for s in _spans(result, label, iteration) if s["kind"] in TRAIN_KINDS]
+        if any(s["phase"] != s["kind"] for s in spans):       # a layer-wise chain
+            panels.append((iteration, spans))
+    if not panels:
+        return None
+    names = {str(o) for r in rows for o in (r.get("ocs") or [])}
+    figure = new_figure(11.0, 2.6 + 2.4 * len(panels))
+    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
+    figure.suptitle(f"orchestrrl: Train's layer-wise phases, {label} (emulated seconds from "
+                    f"the iteration's start; circuits per layer type on "
+                    f"{', '.join(sorted(names)) or 'no OCS'})", fontsize=10)
+    for axis, (iteration, spans) in zip(axes, panels):
+        origin = min(s["ready"] for s in spans)
+        end = max(s["end"] for s in spans) - origin
+        kinds = [k for k in TRAIN_KINDS if any(s["kind"] == k for s in spans)]
+        level = {k: i for i, k in enumerate(reversed(kinds))}
+        for span in spans:
+            y, color = level[span["kind"]], KIND_COLORS.get(span["kind"], "tab:gray")
+            ready, start, stop = (span[k] - origin for k in ("ready", "start", "end"))
+            axis.broken_barh([(start, max(stop - start, end * 1e-3))], (y - 0.35, 0.7),
+                             facecolors=color, edgecolors=color, alpha=0.85)
+            if start - ready > 0:
+                axis.broken_barh([(ready, start - ready)], (y - 0.35, 0.7), facecolors="none",
+                                 edgecolors="tab:red", hatch="////", linewidth=0.6)
+        dark = _dark(result, label, names, origin, origin + end)
+        for lo, hi in dark:
+            axis.axvspan(lo - origin, hi - origin, color="black", alpha=0.25, linewidth=0)
+        mine = [r for r in rows if r.get("iteration") == iteration]
+        exposed = sum(_number(r.get("exposed_s")) or 0.0 for r in mine)
+        hidden = sum(_number(r.get("hidden_s")) or 0.0 for r in mine)
+        modes = sorted({str(r.get("mode")) for r in mine})
+        axis.text(0.995, 0.95, f"{len(mine)} layer-type changes ({'/'.join(modes) or '-'}): "
+                  f"exposed {exposed * 1e3:.1f} ms, hidden {hidden * 1e3:.1f} ms",
+                  transform=axis.transAxes, ha="right", va="top", fontsize=8,
+                  bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "lightgray"})
+        axis.set_yticks(list(level.values()), list(level.keys()), fontsize=8)
+        axis.set_ylim(-0.7, len(level) - 0.3)
+        axis.set_xlim(0, end * 1.02 if end > 0 else 1.0)
+        axis.set_title(f"iteration {iteration}: {len(dark)} dark windows on those OCS",
+                       fontsize=9)
+        axis.grid(axis="x", alpha=0.3)
+    axes[0].legend(handles=[Patch(facecolor="black", alpha=0.25, label="OCS dark window"),
+                            Patch(facecolor="none", edgecolor="tab:red", hatch="////",
+                                  label="ready, waiting (circuits)")],
+                   fontsize=7, loc="lower right")
+    axes[-1].set_xlabel("emulated seconds from the iteration's start")
+    figure.savefig(path)
+    return path
+
+
 # ---------------------------------------------------------------- the policies
 def _bars(axis, groups: List[str], policies: List[str],
           values: Dict[Tuple[str, str], Tuple[Optional[float], Optional[float]]]) -> List[float]:
@@ -580,5 +663,6 @@ def write_orchestrrl_plots(result: dict, run_dir: Path) -> List[Path]:
         return []
     run_dir = Path(run_dir)
     written = [plot_step(result, run_dir, run_dir / STEP_PNG),
+               plot_layers(result, run_dir / LAYERS_PNG),
                plot_policies(result, run_dir / POLICIES_PNG)]
     return [p for p in written if p is not None]

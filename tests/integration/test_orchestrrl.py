@@ -5,7 +5,9 @@ Asserted: the switches happened and their flows crossed the fabric; the
 proxy put a template per TP configuration in place, on demand in iteration 1
 and ahead of the switch in iteration 2, which exposes less; and the model and
 the emulator order the policies alike where the model predicts a gap of 25%
-or more (closer orderings belong to a bench).
+or more (closer orderings belong to a bench).  Training's CP ring and EP
+all-to-all run layer by layer; the EP layers get Train circuits (on demand in
+iteration 1), the CP pairs share a ToR at this size; gen-ep rides.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ WIDE_GAP = 0.25
 # from the next one's (with two ToRs every template is the same).
 SETTINGS = ("fabric.spec=rfabric,pods=2,train_pods=1,servers_per_pod=8,gpus_per_server=2,radix=8",
             "orchestrrl.fabrics=rfabric", "orchestrrl.policies=static,switch+rebalance",
-            "orchestrrl.iterations=2", "orchestrrl.model_gpus=[]")
+            "orchestrrl.iterations=2", "orchestrrl.model_gpus=[]", "orchestrrl.layerwise=true")
 
 
 def test_orchestrrl_switches_cross_the_fabric_and_iteration_2_hides_them(tmp_path):
@@ -51,7 +53,19 @@ def test_orchestrrl_switches_cross_the_fabric_and_iteration_2_hides_them(tmp_pat
     assert second < first, f"iteration 2 puts them in ahead of the switch: {switches}"
     assert {r["template"] for r in switches} == {"gen-config"}, switches
     spans = result["timeline"]["phase_spans"]
-    assert any(s["kind"] == "gen-ep" for s in spans), "the expert all-to-all rides along"
+    riding = [s for s in spans if s["kind"] == "gen-ep"]
+    assert riding, "the expert all-to-all runs beside the switches"
+    assert all(s["start"] - s["ready"] < 0.05 for s in riding), \
+        f"Small windows ride what is lit, never wait for circuits: {riding}"
+    layers = [r for r in result["metrics"]["layers"] if r["policy"] == "static"]
+    assert {r["kind"] for r in layers} == {"train-ep"}, \
+        f"a CP pair shares its ToR at 32 GPUs, EP crosses: {layers}"
+    assert {r["mode"] for r in layers if r["iteration"] == 1} == {"reactive"}, layers
+    ep_flows = [f for f in flows if f["group"] == "train-ep"]
+    assert ep_flows and all(f["status"] == "ok" for f in ep_flows)
+    assert any(tor[f["src"]] != tor[f["dst"]] for f in ep_flows), \
+        "the MoE layers' all-to-all crosses ToRs: through the Train agg OCS"
+    assert any(f["group"] == "train-cp" for f in flows), "the attention layers' ring runs"
     assert_no_leftovers()
 
     _, model = run_ok("orchestrrl", tmp_path / "model", "engine=model", *SETTINGS)

@@ -40,7 +40,10 @@ def test_emulated_config_splits_the_gpus_in_halves_with_a_server_per_instance(gp
     assert cfg.train_gpus == cfg.gen_gpus == gpus // 2
     assert cfg.train.world == cfg.gen.world == gpus // 2 and cfg.world == gpus
     assert cfg.train.tp == cfg.gen.tp == per_server == cfg.gpus_per_server
-    assert cfg.train.pp == 2 and cfg.gen.ep == 2
+    assert (cfg.train.dp, cfg.train.ep, cfg.train.pp) == (2, 2, 2)
+    assert cfg.train.cp == gpus // 2 // (4 * per_server) and cfg.cp_comm == "p2p", \
+        "both layer types of section 4.3: ring attention's CP, the MoE block's EP"
+    assert cfg.gen.ep == 2 and (cfg.af_attention, cfg.af_ffn) == (0, 0)
     assert cfg.gen.dp == gpus // 2 // per_server
     assert cfg.seqs == gpus // 2 * 3, "batch_per_gpu sequences per Gen GPU"
     assert cfg.prompt_len == 200 and cfg.response_len == lengths.median
@@ -280,7 +283,7 @@ def test_the_model_engine_at_32_gpus(tmp_path, never_emulate):
             "--set", "orchestrrl.fabrics=rfabric",
             "--set", "orchestrrl.policies=static,switch+rebalance",
             "--set", "scale.tdf=0.5", "--set", "orchestrrl.model_gpus=[]",
-            "--out", str(tmp_path)]
+            "--set", "orchestrrl.layerwise=true", "--out", str(tmp_path)]
     assert emu_run.main(argv) == 0
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     result = json.loads((run_dir / "result.json").read_text())
@@ -313,9 +316,40 @@ def test_the_model_engine_at_32_gpus(tmp_path, never_emulate):
     riding = [s for s in spans if s["kind"] in ("gen-ep", "gen-migrate")]
     assert {s["fabric"] for s in spans if s["kind"] == "gen-ep"} == \
         {"rfabric/static", "rfabric/switch+rebalance"}, "the expert all-to-all rides along"
+    layers = [r for r in metrics["layers"] if r["policy"] == "static"]
+    assert {r["kind"] for r in layers} == {"train-ep"}, \
+        "at 32 GPUs a CP pair shares its ToR: attention rides, the MoE block gets circuits"
+    assert any(s["kind"] == "train-cp" for s in spans), "the attention layers still run"
+    assert (run_dir / "orchestrrl_layers.png").is_file()
     assert all(s["start"] == pytest.approx(s["ready"]) for s in riding), \
         "a phase that rides never waits for circuits"
     assert any(s["kind"] == "gen-config" for s in spans)
     assert not any(s["kind"] == "gen-tp" for s in spans), "the segments replace gen-tp"
     assert metrics["assumptions"]["source"].startswith("traffic/decode.toml")
     assert (run_dir / "report.md").is_file() and (run_dir / "flows.csv").is_file()
+
+
+def test_the_model_engine_at_48_gpus_alternates_the_layer_types(tmp_path, never_emulate):
+    """The scenario's own fabric: ring attention's CP and the MoE block's EP
+    cross ToRs with different partners, so the Train circuits change with
+    every layer type; iteration 2 puts them in while the layer before computes."""
+    argv = ["orchestrrl", "--set", "engine=model", "--set", "orchestrrl.fabrics=rfabric",
+            "--set", "orchestrrl.policies=static", "--set", "orchestrrl.model_gpus=[]",
+            "--set", "orchestrrl.layerwise=true", "--out", str(tmp_path)]
+    assert emu_run.main(argv) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    metrics = json.loads((run_dir / "result.json").read_text())["metrics"]
+    layers = metrics["layers"]
+    assert {r["kind"] for r in layers} == {"train-cp", "train-ep"}
+    assert {r["template"] for r in layers} == {"train-layer"}
+    first = [r for r in layers if r["iteration"] == 1]
+    second = [r for r in layers if r["iteration"] == 2]
+    assert len(first) >= 2 * 4 * 2 - 1, "a change at (almost) every layer block and type"
+    assert {r["mode"] for r in first} == {"reactive"} and {r["mode"] for r in second} == \
+        {"proactive"}
+    exposed = [sum(r["exposed_s"] for r in rows) for rows in (first, second)]
+    assert exposed[1] < exposed[0], exposed
+    assert sum(r["exposed_s"] == 0 for r in second) >= len(second) - 1, \
+        "hidden, except where the iteration starts with no window"
+    (row,) = metrics["policies"]
+    assert row["exposed_layers_later_s"] < row["exposed_layers_first_s"]

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from emu.report import write_report
-from emu.report.orchestrrl_plots import (POLICIES_PNG, STEP_PNG, is_orchestrrl, pick_run,
-                                         plot_policies, plot_step, write_orchestrrl_plots)
+from emu.report.orchestrrl_plots import (LAYERS_PNG, POLICIES_PNG, STEP_PNG, is_orchestrrl,
+                                         pick_run, plot_layers, plot_policies, plot_step,
+                                         write_orchestrrl_plots)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TDF = 0.5
@@ -190,3 +191,41 @@ def test_the_report_writer_draws_and_lists_them(tmp_path):
     assert tmp_path / STEP_PNG in written and tmp_path / POLICIES_PNG in written
     report = (tmp_path / "report.md").read_text()
     assert STEP_PNG in report and POLICIES_PNG in report
+
+
+def _with_layers():
+    """The result with a layer-wise Train chain in rfabric/switch+rebalance's
+    iterations, its reconfigurations on o3 and their dark windows."""
+    result = copy.deepcopy(_result())
+    label = "rfabric/switch+rebalance"
+    timeline, layers = result["timeline"], []
+    for iteration, base in ((1, 0.0), (2, 5.5)):
+        t = base
+        for block, kind in ((0, "cp"), (0, "ep"), (1, "cp"), (1, "ep")):
+            wait = 0.005 if iteration == 1 else 0.0
+            name = f"train-f{block}-{kind}"
+            timeline["phase_spans"].append({"fabric": label, "iteration": iteration,
+                                            "phase": name, "kind": f"train-{kind}",
+                                            "ready": t, "start": t + wait, "end": t + 0.02})
+            timeline["dark_windows"].append({"start": t - 0.004 + wait, "end": t + wait,
+                                             "label": f"{label} o3"})
+            layers.append({"fabric": "rfabric", "policy": "switch+rebalance",
+                           "iteration": iteration, "phase": name, "kind": f"train-{kind}",
+                           "ocs": ["o3"], "template": "train-layer",
+                           "mode": "reactive" if iteration == 1 else "proactive",
+                           "exposed_s": wait, "hidden_s": 0.005 - wait})
+            t += 0.04
+    result["metrics"]["layers"] = layers
+    return result
+
+
+def test_the_layers_plot_draws_both_iterations_of_the_chain(tmp_path):
+    written = write_orchestrrl_plots(_with_layers(), tmp_path)
+    assert written == [tmp_path / STEP_PNG, tmp_path / LAYERS_PNG, tmp_path / POLICIES_PNG]
+    assert _is_png(tmp_path / LAYERS_PNG)
+
+
+def test_no_layer_wise_chain_no_layers_plot(tmp_path):
+    assert plot_layers(_result(), tmp_path / LAYERS_PNG) is None, \
+        "train-pp and train-dp alone are not a layer-wise chain"
+    assert not (tmp_path / LAYERS_PNG).exists()

@@ -184,10 +184,18 @@ def _fingerprint(sched):
     return digest.hexdigest()[:16]
 
 
+def _orchestrrl48():
+    """The orchestrrl scenario's 48-GPU workload (ring-attention CP 3, PP 2, EP 2)."""
+    from emu.experiments import orchestrrl
+    return orchestrrl.emulated_config({k: f.default for k, f in orchestrrl.FIELDS.items()},
+                                      48, 2)
+
+
 def _regression_cases():
-    from emu.experiments.rfabric import toy_16
+    from emu.experiments.rfabric import toy_16, toy_moe_16
     from traffic.workload import qwen2_moe
     toy = toy_16(ComputeTimes(train_s=0.08, optimizer_s=0.03, gen_s=0.1))
+    moe = toy_moe_16(ComputeTimes(train_s=0.08, optimizer_s=0.03, gen_s=0.1))
 
     def hosts(n):
         return [f"h{i + 1}" for i in range(n)]
@@ -197,6 +205,11 @@ def _regression_cases():
         "toy16-ops1-scaled": (toy, hosts(16), dict(max_ops=1, scale=Scale(1e-3, 400.0))),
         "toy16-ops4-pods": (toy, hosts(16), dict(max_ops=4, chunks=2,
                                                  pod_of=lambda h: (int(h[1:]) - 1) // 2 % 2)),
+        "toy16moe-ops4": (moe, hosts(16), dict(max_ops=4)),
+        "toy16moe-ops4-pods": (moe, hosts(16), dict(max_ops=4, chunks=2,
+                                                    pod_of=lambda h: (int(h[1:]) - 1) // 2 % 2)),
+        "moe256-layerwise": (qwen2_moe(256), hosts(256), dict(max_ops=4, layerwise=True)),
+        "orl48-layerwise": (_orchestrrl48(), hosts(48), dict(max_ops=4, layerwise=True)),
         "qwen25-ops4": (qwen25_14b(), hosts(64), dict(max_ops=4)),
         "qwen25-ops1": (qwen25_14b(), hosts(64), dict(max_ops=1)),
         "moe256-ops4": (qwen2_moe(256), hosts(256), dict(max_ops=4)),
@@ -222,7 +235,16 @@ REGRESSION = {
     "moe256-ops1": "fca73fc10ce41cf5",
     "moe256-folded64": "01bea6e31d81d955",
     "moe128-pods": "ba38bac6a999194f",
-    "moe128-af": "4f486bf8f3159836",
+    # Re-recorded when A/F's M2N became the decode's only expert traffic (no
+    # decode all-to-all beside it).
+    "moe128-af": "cee2a6f6834af438",
+    # The rfabric scenario's toy-moe-16 (Gen EP=2, P/D and A/F: gen-ep, gen-af on
+    # the network), recorded from the build that added it.
+    "toy16moe-ops4": "7ff62bf3678efcdd",
+    # Layer-wise Train (CP and EP per layer block), recorded from the build that added it.
+    "moe256-layerwise": "ade3cd10637f2243",
+    "orl48-layerwise": "0d7ff59d500705f5",
+    "toy16moe-ops4-pods": "be1e01f297fe6745",
 }
 
 

@@ -17,6 +17,7 @@ from emu.schema import ScenarioError
 from emu.live.cpu import combine_cpu
 from emu.live.feed import RunFeed
 from topologies import registry
+from traffic.workload import build_iteration
 from emu.live.replay import FlowResult
 from emu.live.rlreplay import IterationRunner, ready_time
 
@@ -88,6 +89,78 @@ def test_the_workload_has_the_same_phases_on_every_fabric():
         assert flows == first, "the same flows whatever the fabric"
     assert sched.names() == ["train-pp", "gen-pd", "response", "train-dp", "weight-sync"]
     assert 10 <= sched.iteration_s <= 20, "an iteration of 10-20 emulated seconds"
+
+
+# toy-moe-16 on the 16 hosts of rfabric,pods=2,train_pods=1: (phase, window, flows, bytes).
+TOY16_PHASES = [
+    ("train-pp", "Large", 32, 2 ** 30),                 # 4 lanes x 32 micro-batches x 4 MiB x 2
+    ("gen-ep", "Small", 16, 8 * 2 ** 30),               # prefill only, the 2 prefill replicas
+                                                        # (A/F's M2N carries the decode's)
+    ("gen-pd", "Large", 8, 2 * 2 ** 30),                # 64 requests x 32 MiB of KV
+    ("gen-af", "Small", 16, 8 * 2 ** 30),               # 2 lanes x 16K ops x 128 KiB x 2
+    ("response", "Large", 4, 2 ** 20),                  # 64 sequences x 2K tokens x 8 B
+    ("train-dp", "Large", 32, 2e9),                     # dense + experts: 8 ranks x P x 2 B / 4
+    ("weight-sync", "Large", 14, 4e9),                  # 1 GB to Gen replica 0, 1 GB to 1-3
+]
+
+
+def test_toy_moe_16_has_ep_and_af_on_the_network():
+    cfg = rf.workload(settings(workload="toy-moe-16"))
+    assert cfg.model.moe and cfg.model.experts == 8 and cfg.model.top_k == 2
+    assert cfg.model.expert_params / cfg.model.params == pytest.approx(0.6, abs=0.01)
+    assert cfg.gen.ep == 2 and cfg.train.ep == 1
+    assert (cfg.pd_prefill, cfg.pd_decode, cfg.af_attention, cfg.af_ffn) == (1, 1, 1, 1)
+    assert {"gen-ep", "gen-af", "gen-pd"} <= set(build_iteration(cfg).kinds())
+    fabric = registry.build("rfabric,pods=2,train_pods=1")
+    sched = rf.schedule_for(cfg, fabric.hosts, SCALE, 4)
+    assert [(p.name, p.window, len(p.dag.flows), p.real_bytes) for p in sched.phases] == \
+        TOY16_PHASES
+    assert set(sched.off_network) == {"train-tp", "gen-tp"}, "TP stays in the server"
+    rank_map = cfg.rank_map(fabric.hosts)
+    server = {h: rank_map.server(r) for r, h in enumerate(rank_map.hosts)}
+    for name in ("gen-ep", "gen-af"):
+        phase = sched.phase(name)
+        assert phase.dag.total_bytes() > 0
+        assert all(server[f.src] != server[f.dst] for f in phase.dag.flows), \
+            f"{name}: every flow leaves its server"
+    assert sorted({(f.src, f.dst) for f in sched.phase("gen-af").dag.flows}) == [
+        ("h11", "h15"), ("h12", "h16"), ("h15", "h11"), ("h16", "h12")], \
+        "the attention replica's lanes (h11, h12) to the FFN replica's (h15, h16) and back"
+
+
+def test_the_proxy_leaves_gen_ep_and_gen_af_alone():
+    """Proactive RFabric proxy over two iterations of toy-moe-16's schedule: gen-ep
+    and gen-af (Small windows) start without a reconfiguration, on demand or
+    ahead, and no other phase's circuits are set for them; the Large-window
+    phases do get theirs."""
+    fabric = registry.build("rfabric,pods=2,train_pods=1")
+    sched = rf.schedule_for(rf.workload(settings(workload="toy-moe-16")), fabric.hosts,
+                            SCALE, 4)
+    proxy = ControlProxy(fabric, mode="proactive", tdf=100.0)
+    decisions = {}
+    base = 0.0
+    for it in (1, 2):
+        proxy.begin_iteration(base)
+        events = sorted([(p.start_s, 1, p) for p in sched.phases] +
+                        [(p.planned_end_s, 0, p) for p in sched.phases],
+                        key=lambda e: (e[0], e[1], e[2].name))       # ends first
+        for offset, starts, phase in events:
+            if starts:
+                decisions[it, phase.name] = proxy.phase_started(
+                    phase.name, phase.kind, base + offset, phase.pairs())
+            else:
+                proxy.phase_ended(phase.name, base + offset)
+        base += sched.iteration_s + 1.0
+        proxy.end_iteration(base)
+    for it in (1, 2):
+        for name in ("gen-ep", "gen-af"):
+            decision = decisions[it, name]
+            assert decision.requests == [] and not decision.blocking and decision.wait_s == 0, \
+                f"iteration {it}: {name} must ride the circuits in place"
+            assert proxy.cache[name].name == "rides" and proxy.cache[name].ocs == []
+    assert not any(r.phase in ("gen-ep", "gen-af") for r in proxy.reconfigs)
+    assert decisions[1, "weight-sync"].requests, "profiling: the weights ask on demand"
+    assert any(r.phase == "weight-sync" and r.mode == "proactive" for r in proxy.reconfigs)
 
 
 def test_ready_time_waits_for_dependencies_and_the_optimizer():

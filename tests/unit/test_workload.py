@@ -226,6 +226,31 @@ def test_pd_and_af_together_split_the_decode_side():
                af_ffn=2)
 
 
+def test_with_af_the_m2n_is_the_decodes_expert_traffic():
+    """A/F puts the experts on the FFN replicas: the decode's dispatch and combine
+    are the M2N, never an all-to-all beside it.  With P/D the prefill replicas
+    run whole layers, their EP all-to-all among themselves; without P/D the
+    prefill's tokens take the M2N too."""
+    moe = Model("moe", params=1e9, layers=4, hidden=1024, heads=8, kv_heads=2, experts=8,
+                top_k=2, expert_params=6e8)
+    both = build_iteration(config(model=moe, gen=Parallelism(tp=2, dp=4, ep=2),
+                                  pd_prefill=1, pd_decode=1, af_attention=1, af_ffn=1))
+    (ep,) = both.of_kind("gen-ep")
+    grid = gen_grid(Parallelism(tp=2, dp=4, ep=2), offset=8)
+    assert set(ep.groups) == {(replica_rank(grid, 0, lane), replica_rank(grid, 2, lane))
+                              for lane in range(2)}, "the two prefill replicas, lane by lane"
+    assert ep.ops == 2 * moe.layers, "prefill only"
+    assert len(both.of_kind("gen-af")) == 1, "the decode's M2N"
+    af_only = build_iteration(config(model=moe, gen=Parallelism(tp=2, dp=4, ep=2),
+                                     af_attention=1, af_ffn=1))
+    assert not af_only.of_kind("gen-ep")
+    decode, prefill = af_only.of_kind("gen-af")
+    assert (decode.ops, prefill.ops) == (moe.layers * 256, moe.layers)
+    assert prefill.bytes == pytest.approx(decode.bytes * 128), "a prompt's tokens at once"
+    plain = build_iteration(config(model=moe, gen=Parallelism(tp=2, dp=4, ep=2)))
+    assert [s.ops for s in plain.of_kind("gen-ep")] == [2 * moe.layers, 2 * moe.layers * 256]
+
+
 # ---------------------------------------------------------------- inter-stage
 @pytest.mark.parametrize("pods", [1, 2, 4])
 def test_weight_sync_sends_one_copy_per_gen_pod_then_broadcasts(pods):
