@@ -167,7 +167,7 @@ def generation_step(cfg: RLConfig, policy: str, seed: int) -> gen.GenerationStep
 
 
 def schedule_for(cfg: RLConfig, step: gen.GenerationStep, hosts, scale, max_ops: int,
-                 pod_of=None, layerwise: bool = True) -> Schedule:
+                 pod_of=None, layerwise: bool = False) -> Schedule:
     return build_phases(build_iteration(cfg), cfg.rank_map(list(hosts)), scale,
                         max_ops=max_ops, generation=step, pod_of=pod_of, layerwise=layerwise)
 
