@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.integration.utils import assert_no_leftovers, run_cli
@@ -86,5 +88,9 @@ def test_cli_runs_and_stops_a_rotor_schedule(tmp_path):
     errors = [line for line in out.splitlines() if line.startswith("*** ")]
     assert len(errors) == 1 and "guard_us" in errors[0], errors
     assert "schedule stopped" in out and "no schedule runs" in out, out
-    assert out.count(" received") == 2 and "3 received" in out and "2 received" in out, out
+    cycling, stopped = re.findall(r"(\d+) packets transmitted, (\d+) received", out)
+    # While the rotors cycle a tenth of the time is dark: a ping may fall into a
+    # guard and be lost (one of three was, once), but the hosts reach each other.
+    assert cycling[0] == "3" and int(cycling[1]) >= 1, out
+    assert stopped == ("2", "2"), "the circuits hold once the schedule stops"
     assert_no_leftovers()
