@@ -46,7 +46,7 @@ from typing import (TYPE_CHECKING, Callable, Dict, Hashable, List, Mapping, Opti
 
 from traffic.scale import Scale
 from traffic import collectives as coll
-from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, RingP2P, Transfers,
+from traffic.comms import (AllReduce, AllToAll, Bipartite, Comm, Pipeline, Transfers,
                            WeightSync)
 from traffic.flows import FlowDag, ring_allreduce
 from traffic.ranks import RankMap
@@ -194,15 +194,6 @@ class _Builder:
                                 f"{prefix}-g{g}", start, label=comm.kind)
                 for g, (hosts, pairs) in enumerate(groups.items())]
 
-    def _ringp2p(self, comm: RingP2P, factor, prefix, start, *_):
-        """Every ring's step at once, one flow per host pair (a ring's ranks on
-        one host pass their blocks inside it)."""
-        pairs = _pair_bytes(comm.transfers(), self.rank_map)
-        if not pairs:
-            return []
-        return [coll.point_to_point([(s, d, self.emu(b * factor)) for (s, d), b in pairs.items()],
-                                    prefix, start)]
-
     def _pipeline(self, comm: Pipeline, factor, prefix, start, micro_batches, compute_s):
         chains: Dict[Tuple[str, ...], int] = OrderedDict()
         for chain in comm.chains:
@@ -236,6 +227,10 @@ class _Builder:
             return []
         return [coll.point_to_point([(s, d, self.emu(b * factor)) for (s, d), b in pairs.items()],
                                     prefix, start)]
+
+    # A ring's step is its transfers, all at once, one flow per host pair (a
+    # ring's ranks on one host pass their blocks inside it).
+    _ringp2p = _transfers
 
     def _weightsync(self, comm: WeightSync, factor, prefix, start, *_):
         stage1 = [(s, d, self.emu(b * factor))
