@@ -17,7 +17,9 @@ fi
 
 apt_packages=(openvswitch-switch mininet iperf3 libiperf0 tcpdump iputils-ping
               ethtool iproute2 procps bridge-utils python3-venv python3-simgrid
-              clang llvm libbpf-dev)
+              clang llvm libbpf-dev openssh-server sudo)
+# openssh-server and sudo are for cluster mode, whose servers are reached by
+# ssh (emu.live.localserver runs a second sshd in a namespace to test it).
 # clang compiles the BPF patch panel (controllers/bpf); libbpf-dev has its
 # headers and pulls in libbpf1, which loads it; llvm (llvm-objdump, llvm-strip)
 # is there to look at a program when it misbehaves.  bpftool does that too,

@@ -35,6 +35,9 @@ def parse_args(argv):
     parser.add_argument("--tdf", type=float, default=1.0, help="time-dilation factor")
     parser.add_argument("--dataplane-sync", action="store_true",
                         help="ovs: confirm datapath changes through the local ovs-vswitchd")
+    parser.add_argument("--dataplane-sync-socket", action="append", default=[],
+                        help="ovs: also flush the datapath of the ovs-vswitchd behind this "
+                        "unixctl socket (another server's, forwarded over ssh); repeatable")
     parser.add_argument("--panel", choices=("auto", "bpf", "mirred"), default="auto",
                         help="linux: the OCS patch panel (auto: BPF where it loads, "
                         "else mirred)")
@@ -75,6 +78,7 @@ def run_openflow(args) -> int:
     LaunchSettings.socket_path = args.socket
     LaunchSettings.tdf = args.tdf
     LaunchSettings.dataplane_sync = args.dataplane_sync
+    LaunchSettings.sync_sockets = list(args.dataplane_sync_socket)
     cfg.CONF(args=["--ofp-listen-host", LOOPBACK, "--ofp-tcp-listen-port", str(args.ofp_port)],
              project=FRAMEWORK)
 

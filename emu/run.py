@@ -26,10 +26,12 @@ from typing import Iterator, List, Optional
 from emu import report, results, scenario as scenarios
 from emu.experiments.base import Context, Network, Outcome, build_fabric, scale_for
 from emu.fidelity import assess, fidelity_rows
-from emu.live.dataplane import Choice, DataplaneError, check_congestion, choose
+from emu.live.dataplane import Choice, DataplaneError, check_congestion, choose, cluster_choice
+from emu.live.cluster import Cluster, ClusterError
 from emu.live.feed import EVENTS_FILE, RunFeed
 from emu.live.state import AlreadyRunning
 from emu.schema import ScenarioError
+from topologies.partition import PlacementError, place_fabric
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -111,6 +113,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"emu.run: {scenario.where}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         print(f"{scenario.name}: {choice.describe()}; TCP {scenario.config['testbed']['congestion']}")
+        if scenario.config["testbed"]["servers"]:
+            try:
+                check_cluster(scenario)
+            except (ClusterError, PlacementError) as exc:
+                print(f"emu.run: {scenario.where}: {exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
     web = WebSetting(args.web, args.web_port)
     if args.cli:
         return lab(scenario, Path(args.out), args.cli_script, web)
@@ -150,9 +158,20 @@ def dataplane_of(scenario) -> Choice:
     """The scenario's data plane on this machine, and a check of its TCP congestion
     control; raises DataplaneError before anything is created."""
     settings = scenario.config["testbed"]
-    choice = choose(settings["dataplane"])
+    choice = cluster_choice(settings["dataplane"]) if settings["servers"] \
+        else choose(settings["dataplane"])
     check_congestion(settings["congestion"])
     return choice
+
+
+def check_cluster(scenario) -> None:
+    """A cluster run's placement of the scenario's fabric, then every server
+    (`emu.live.cluster.Cluster.preflight`), before the run folder or anything
+    else exists; raises ClusterError or PlacementError naming what fails."""
+    settings = scenario.config["testbed"]
+    placement = place_fabric(build_fabric(scenario), len(settings["servers"]))
+    Cluster(settings["servers"], settings["ssh_config"], log=lambda m: None).preflight()
+    print(f"  servers: {', '.join(settings['servers'])}; {placement.describe()}")
 
 
 def lab(scenario, out: Path, script: Optional[str], web: WebSetting = WebSetting()) -> int:
@@ -171,7 +190,8 @@ def lab(scenario, out: Path, script: Optional[str], web: WebSetting = WebSetting
                 Testbed(fabric, scale, run_dir, description=f"emu.run {scenario.name} --cli",
                         dataplane=dataplane_of(scenario).dataplane,
                         congestion=settings["congestion"], panel=settings["panel"],
-                        ecmp_seed=settings["ecmp_seed"], feed=feed) as bed:
+                        ecmp_seed=settings["ecmp_seed"], feed=feed, servers=settings["servers"],
+                        ssh_config=settings["ssh_config"]) as bed:
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"{fabric.name}: {len(fabric.hosts)} hosts; type help, or exit to leave")
             FabricCLI(bed, script=script)
@@ -251,6 +271,7 @@ def _emulate(scenario, fabric, scale, run_dir, result, feed: Optional[RunFeed] =
                            dataplane=dataplane_of(scenario).dataplane,
                            congestion=settings["congestion"], panel=settings["panel"],
                            ecmp_seed=settings["ecmp_seed"], feed=feed,
+                           servers=settings["servers"], ssh_config=settings["ssh_config"],
                            cpu_alarm_pct=scenario.config["fidelity"]["saturation_pct"])
     ctx = Context(scenario, fabric, scale, run_dir, testbeds=series)
     try:

@@ -32,6 +32,14 @@ def _check_spec(spec: str) -> None:
     registry.check_args(name, kwargs)
 
 
+def _check_servers(servers) -> None:
+    from emu.live.cluster import ClusterError, check_servers
+    try:
+        check_servers(servers, where="servers")
+    except ClusterError as exc:
+        raise ValueError(str(exc).removeprefix("servers: ")) from None
+
+
 def _check_calibration(path: str) -> None:
     if path:
         from traffic.model import calibration
@@ -79,6 +87,12 @@ COMMON: Schema = {
                                    "this TOML file (as bench/model --calibrate writes it) "
                                    "instead of the frozen traffic/model/calibration.toml "
                                    "(''), say another machine's", check=_check_calibration),
+        "servers": Field(list, [], "cluster mode: the servers the fabric is built across with "
+                         "Mininet Cluster Edition, 'localhost' first (it runs the controller), "
+                         "then host names or IPv4 addresses reached by ssh; [] for one "
+                         "machine", item=str, check=_check_servers),
+        "ssh_config": Field(str, "", "cluster mode: an ssh_config file (ssh -F) for reaching "
+                            "the servers; '' for the user's own ~/.ssh/config"),
         "ecmp_seed": Field(int, 1, "draws every flow's TCP ports and the kernel routers' "
                            "multipath hash key, so a run's ECMP paths repeat and another "
                            "seed draws others; 0: the kernel's (ephemeral ports, a random "

@@ -23,7 +23,7 @@ from controllers.control import ControlServer
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.openflow.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp,
                                          ofp_event, set_ev_cls)
-from controllers.openflow.ovs_sync import Unixctl, flush_datapath, vswitchd_ctl_path
+from controllers.openflow.ovs_sync import Unixctl, flush_datapaths, vswitchd_ctl_path
 from controllers.service import FabricService
 from topologies.fabric import Fabric
 
@@ -50,6 +50,7 @@ class LaunchSettings:
     socket_path: str = ""
     tdf: float = 1.0
     dataplane_sync: bool = False
+    sync_sockets: tuple = ()       # other servers' ovs-vswitchd, forwarded over ssh
 
 
 class FabricController(BaseApp):
@@ -64,7 +65,10 @@ class FabricController(BaseApp):
             path = vswitchd_ctl_path()
             if path is None:
                 raise RuntimeError("--dataplane-sync: no ovs-vswitchd control socket found")
-            sync = functools.partial(flush_datapath, Unixctl(path))
+            # Every server's datapath, so that a circuit is dark or lit on
+            # all of them when the step is confirmed.
+            sync = functools.partial(flush_datapaths, [Unixctl(p) for p in
+                                                       [path, *LaunchSettings.sync_sockets]])
         self.applier = OpenFlowApplier(fabric, dataplane_sync=sync)
         self.service = FabricService(fabric, self.applier, tdf=LaunchSettings.tdf)
         self.control = ControlServer(LaunchSettings.socket_path, self.service.handle)

@@ -17,7 +17,6 @@ testbed's case); the launcher enables it with ``--dataplane-sync``.
 
 from __future__ import annotations
 
-import glob
 import os
 import threading
 import warnings
@@ -29,22 +28,10 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import ovs.unixctl.client
 
-RUN_DIR = "/var/run/openvswitch"
-
+from controllers.openflow.ovs_paths import RUN_DIR, vswitchd_ctl_path  # noqa: F401 (re-exported)
 
 class DataplaneSyncError(RuntimeError):
     """ovs-vswitchd could not confirm a datapath change."""
-
-
-def vswitchd_ctl_path(run_dir: str = RUN_DIR) -> Optional[str]:
-    try:
-        with open(os.path.join(run_dir, "ovs-vswitchd.pid")) as stream:
-            pid = int(stream.read().strip())
-        path = os.path.join(run_dir, f"ovs-vswitchd.{pid}.ctl")
-        return path if os.path.exists(path) else None
-    except (OSError, ValueError):
-        paths = glob.glob(os.path.join(run_dir, "ovs-vswitchd.*.ctl"))
-        return paths[0] if len(paths) == 1 else None
 
 
 class Unixctl:
@@ -82,3 +69,9 @@ class Unixctl:
 
 def flush_datapath(unixctl: Unixctl) -> None:
     unixctl.call("dpctl/del-flows")
+
+
+def flush_datapaths(unixctls) -> None:
+    """Flush several ovs-vswitchd's datapaths (a cluster run's servers)."""
+    for unixctl in unixctls:
+        flush_datapath(unixctl)

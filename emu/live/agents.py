@@ -17,6 +17,34 @@ from pathlib import Path
 from typing import Dict, List
 
 
+# Epoch times in what agents say (a flow's start and end, also inside an
+# iperf3 client's result) and in what they are told (a replay's t0, when a
+# flow another host received arrived).
+EPOCH_FIELDS = ("start", "end", "t0")
+
+
+def _shifted(message: dict, by_s: float) -> dict:
+    shifted = {}
+    for key, value in message.items():
+        if key in EPOCH_FIELDS and isinstance(value, (int, float)):
+            value = value + by_s
+        elif key == "result" and isinstance(value, dict):
+            value = _shifted(value, by_s)
+        shifted[key] = value
+    return shifted
+
+
+def on_local_clock(event: dict, offset_s: float) -> dict:
+    """An agent's event with its epoch times moved from its server's clock to
+    this machine's (``offset_s``: that clock minus this one)."""
+    return _shifted(event, -offset_s) if offset_s else event
+
+
+def on_agent_clock(command: dict, offset_s: float) -> dict:
+    """A command's epoch times moved from this machine's clock to the agent's."""
+    return _shifted(command, offset_s) if offset_s else command
+
+
 class AgentProcess:
     """A per-host agent process that takes JSON-line commands on stdin and
     reports JSON-line events on stdout, first ``{"event": "ready"}``; every
@@ -28,11 +56,15 @@ class AgentProcess:
                               stderr=subprocess.DEVNULL, text=True)
         self.ready = threading.Event()
         self._send_lock = threading.Lock()    # replays side by side may share an agent
+        # Epoch times the agent reports were read on its server's clock; a
+        # cluster run puts them on this machine's (`Testbed.clock_offset`).
+        clock_offset = getattr(bed, "clock_offset", None)
+        self.offset_s = clock_offset(host) if clock_offset else 0.0
         threading.Thread(target=self._pump, args=(events,), daemon=True).start()
 
     def _pump(self, events: "queue.Queue") -> None:
         for line in self.proc.stdout:
-            event = json.loads(line)
+            event = on_local_clock(json.loads(line), self.offset_s)
             if event["event"] == "ready":
                 self.ready.set()
             else:
@@ -40,6 +72,7 @@ class AgentProcess:
         events.put({"event": "agent-exit", "host": self.host})
 
     def send(self, command: dict) -> None:
+        command = on_agent_clock(command, self.offset_s)
         with self._send_lock:
             self.proc.stdin.write(json.dumps(command) + "\n")
             self.proc.stdin.flush()

@@ -58,6 +58,30 @@ def ovs_installed() -> bool:
     return shutil.which("ovs-vsctl") is not None and shutil.which("ovs-vswitchd") is not None
 
 
+def cluster_choice(asked: str, installed: Optional[bool] = None) -> Choice:
+    """The data plane of a run across several servers (`emu.live.cluster`).
+
+    Open vSwitch only: Mininet Cluster Edition builds remote switches as OVS
+    bridges, and the ``linux`` plane's controller programs every router
+    through its namespace on the controller's own machine, which another
+    server's namespaces are out of reach of.  So ``auto`` means ``ovs``
+    here and ``linux`` is refused before anything is created.
+    """
+    if asked not in CHOICES:
+        raise DataplaneError(f"dataplane {asked!r}; allowed: {', '.join(CHOICES)}")
+    if asked == LINUX:
+        raise DataplaneError("dataplane 'linux' does not run across servers: its controller "
+                             "programs the kernel routers through their namespaces on its own "
+                             "machine; use 'ovs' or 'auto' with testbed.servers")
+    installed = ovs_installed() if installed is None else installed
+    if not installed:
+        raise DataplaneError("testbed.servers: a cluster run needs Open vSwitch on every "
+                             "server (run ./bootstrap.sh)")
+    return Choice(OVS, asked, "several servers: Mininet Cluster Edition's Open vSwitch "
+                  "bridges on each, one controller over OpenFlow"
+                  + ("" if asked == OVS else " (auto: linux cannot span servers)"))
+
+
 def choose(asked: str, kernel_datapath: Optional[bool] = None,
            installed: Optional[bool] = None) -> Choice:
     """The data plane for ``asked`` on this machine (the probes are injectable)."""

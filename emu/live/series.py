@@ -59,8 +59,12 @@ class TestbedSeries:
 
     def __init__(self, run_dir: Path, description: str, log: Callable[[str], None] = print,
                  dataplane: str = "auto", congestion: str = "cubic", ecmp_seed: int = 1,
-                 panel: str = "auto", feed: Optional[RunFeed] = None, cpu_alarm_pct: Optional[float] = None):
+                 panel: str = "auto", feed: Optional[RunFeed] = None, cpu_alarm_pct: Optional[float] = None,
+                 servers=(), ssh_config: str = ""):
         self.run_dir = Path(run_dir)
+        self.servers = list(servers or [])
+        self.ssh_config = ssh_config
+        self.cluster: Dict[Optional[str], dict] = {}   # label -> Testbed.cluster_record
         self.feed = feed if feed is not None else RunFeed()
         # The fidelity check judges CPU at the run's end; a watcher is told at
         # once when a sample reaches the same threshold.
@@ -109,7 +113,9 @@ class TestbedSeries:
             bed = self._enter(lambda: Testbed(fabric, scale, folder, log=self.log,
                                               description=description, dataplane=self.dataplane,
                                               congestion=self.congestion, panel=self.panel,
-                                              ecmp_seed=self.ecmp_seed, feed=self.feed),
+                                              ecmp_seed=self.ecmp_seed, feed=self.feed,
+                                              servers=self.servers,
+                                              ssh_config=self.ssh_config),
                               lock_wait_s)
         except BaseException:
             self.feed.label = None
@@ -134,6 +140,8 @@ class TestbedSeries:
                 self.drops[label] = drops.delta(
                     before, bed.drop_counters(log_since=before.vswitchd_log_bytes)).to_dict()
                 bed.dump_tables(folder / "dumps")
+                if self.servers:
+                    self.cluster[label] = bed.finish_cluster()
             bed.check_controller()
             if "Traceback" in bed.controller_log():
                 log = "controller.log" if label is None else f"{label}/controller.log"
@@ -143,6 +151,9 @@ class TestbedSeries:
                 self.recorded.append(self._current)
             self._current = None
             bed.__exit__(*sys.exc_info())
+            if self.servers:
+                # The files gathered from the servers are known once it closed.
+                self.cluster[label] = dict(bed.cluster_record)
             self.feed.label = None
 
     def _cpu_sampled(self, sample) -> None:
@@ -189,6 +200,9 @@ class TestbedSeries:
         times (one number for the run's single testbed, else per label), and the
         CPU and drop counts of each labelled testbed."""
         fields = dict(self.info)
+        if self.cluster:
+            fields["cluster"] = self.cluster[None] if list(self.cluster) == [None] \
+                else dict(self.cluster)
         if list(self.build_s) == [None]:
             fields["build_s"] = self.build_s[None]
         elif self.build_s:

@@ -29,11 +29,12 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
 from emu.live import drops, hostroutes, ovs, shaping, state
+from emu.live.cluster import Cluster, ClusterError, Tunnel, demand_warnings
 from emu.live.feed import RunFeed
 from emu.live.linkstate import LinkStateError, LinkSwitch
 from emu.live.loadlog import LOAD_FILE, LoadSampler
@@ -157,8 +158,16 @@ class Testbed:
                  log: Callable[[str], None] = print, description: str = "",
                  mtu: int = DEFAULT_MTU, dataplane: str = planes.AUTO,
                  congestion: str = "cubic", ecmp_seed: int = 1, feed: Optional[RunFeed] = None,
-                 panel: str = "auto"):
+                 panel: str = "auto", servers: Sequence[str] = (), ssh_config: str = ""):
         self.mtu = mtu
+        # Cluster mode (`emu.live.cluster`): the servers after "localhost"
+        # hold part of the fabric, reached with Mininet Cluster Edition.
+        self.servers = list(servers or [])
+        self.ssh_config = ssh_config
+        self.cluster: Optional[Cluster] = None
+        self.placement = None
+        self.cluster_record: Dict = {}
+        self._mirrored: Dict[str, Set[str]] = {}     # server -> folders made there
         # What the run tells its watchers (`emu.live.feed`); one that records
         # nowhere when the caller gave none, so emitting is always safe.
         self.feed = feed if feed is not None else RunFeed()
@@ -194,13 +203,31 @@ class Testbed:
     def __enter__(self) -> "Testbed":
         self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
+            if self.servers:
+                # The placement, then every server, checked before anything
+                # exists on any of them.
+                from topologies.partition import PlacementError, place_fabric
+                try:
+                    self.cluster = Cluster(self.servers, self.ssh_config, log=self.log)
+                    planes.cluster_choice(self.asked_dataplane)
+                    self.placement = place_fabric(self.fabric, len(self.servers))
+                    self.cluster.preflight()
+                except (ClusterError, PlacementError) as exc:
+                    raise TestbedError(str(exc)) from None
             lock = state.RunLock().acquire(self.description)
             self._stack.callback(lock.release)
             leftovers = state.clean(log=lambda m: self.log(f"previous run left {m[9:]}"))
             if leftovers:
                 self.log(f"removed {len(leftovers)} leftover(s) of an earlier run")
             self._stack.callback(self._final_clean)
-            choice = planes.choose(self.asked_dataplane)
+            if self.cluster is not None:
+                self._stack.callback(self._stop_cluster)
+                try:
+                    self.cluster.start(self.description, self.run_dir)
+                except ClusterError as exc:
+                    raise TestbedError(str(exc)) from None
+            choice = planes.cluster_choice(self.asked_dataplane) if self.cluster \
+                else planes.choose(self.asked_dataplane)
             planes.check_congestion(self.congestion)
             info = ovs.ensure_ovs() if choice.dataplane == planes.OVS else None
             self.dataplane = planes.DataPlane(choice, netem=ovs.netem_available(), ovs=info)
@@ -245,6 +272,15 @@ class Testbed:
         if self.dataplane.kind == planes.OVS:
             self.ofp_port = free_loopback_port()
             args += ["--ofp-port", str(self.ofp_port), "--dataplane-sync"]
+            if self.cluster is not None:
+                # The other servers' switches reach it over ssh, and it
+                # flushes their datapaths through their forwarded sockets.
+                try:
+                    self.cluster.forward_controller(self.ofp_port)
+                except ClusterError as exc:
+                    raise TestbedError(str(exc)) from None
+                for path in self.cluster.sync_sockets:
+                    args += ["--dataplane-sync-socket", path]
         self.controller = subprocess.Popen(
             args,
             stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=repo_root,
@@ -333,18 +369,19 @@ class Testbed:
         # Links are plain veths: shaping is applied in batches below, not by TCLink.
         topo = FabricTopo(self.fabric, switch_opts=switch_opts, dataplane=kind)
         started = time.monotonic()
-        self.net = Mininet(topo=topo, switch=OVSSwitch, link=Link, controller=None,
-                           autoSetMacs=False, autoStaticArp=False, build=False)
+        if self.cluster is not None:
+            self.net = self._cluster_network(topo)
+        else:
+            self.net = Mininet(topo=topo, switch=OVSSwitch, link=Link, controller=None,
+                               autoSetMacs=False, autoStaticArp=False, build=False)
         self._stack.callback(self._stop_network)
         # Stopped before the network goes: links vanishing under it are not failures.
         self._stack.callback(self._stop_controller)
         self.net.build()
-        for node in self.net.hosts + [s for s in self.net.switches if s.inNamespace]:
-            state.record_pid(node.pid, f"mininet node {node.name}")
+        self._record_nodes()
         self.net.start()
         if kind == planes.OVS:
-            ovs.set_controller([s.name for s in self.net.switches],
-                               f"tcp:127.0.0.1:{self.ofp_port}")
+            self._set_controllers()
         # Measured here: with segmentation offloads on, TCP stalls on OVS's
         # userspace datapath, and per-flow fairness falls under kernel routers
         # at tens of Mbit/s; every host interface sends plain MTU frames.
@@ -362,6 +399,161 @@ class Testbed:
         self.build_s = time.monotonic() - started
         self.log(f"network built: {len(self.net.hosts)} hosts, {len(self.net.switches)} switches, "
                  f"{len(self.net.links)} links in {self.build_s:.1f} s")
+
+    # ------------------------------------------------------------ cluster
+    def _server_of(self, node) -> Optional[str]:
+        """The other server a Mininet node runs on; None for this machine."""
+        return node.server if getattr(node, "isRemote", False) else None
+
+    def _cluster_network(self, topo):
+        """A `MininetCluster` over the run's servers: nodes placed a pod per
+        server (`topologies.partition`), links between servers as tunnels."""
+        from mininet.examples.cluster import MininetCluster
+        from emu.live.cluster import tunnel_kind
+        from emu.live.cluster_nodes import (ClusterHost, ClusterSwitch, TunnelPlan,
+                                            fabric_placer, tunnel_link)
+
+        cluster = self.cluster
+        names = [server.name for server in cluster.servers]
+        self.log(f"placement: {self.placement.describe()}")
+        kinds, reasons = {}, {}
+        for a in cluster.servers:
+            for b in cluster.servers:
+                if a.name < b.name:
+                    kind, why = tunnel_kind(a.facts, b.facts)
+                    kinds[(a.name, b.name)] = kind
+                    reasons[f"{a.name} <-> {b.name}"] = f"{kind}: {why}"
+        self.cluster_record["tunnel_kinds"] = reasons
+        crossing = {(names[self.placement.server_of[u]], names[self.placement.server_of[v]])
+                    for u, v in self.placement.tunnels}
+        cluster.measure_capacity(sorted(crossing))
+        link_mbps = {}
+        for u, v in self.placement.tunnels:
+            gbps = min(d["gbps"] for d in self.fabric.graph.get_edge_data(u, v).values())
+            link_mbps[(u, v)] = gbps * 1000 * self.scale.bw_factor
+        planned = [Tunnel((u, v), (names[self.placement.server_of[u]],
+                                   names[self.placement.server_of[v]]), "")
+                   for u, v in self.placement.tunnels]
+        for warning in demand_warnings(planned, link_mbps, cluster.capacity_mbps):
+            self.log(f"warning: {warning}")
+            self.warnings.append(warning)
+        for node in topo.nodes():
+            info = topo.nodeInfo(node)
+            server = cluster.server(names[self.placement.server_of[machine_to_fabric(node)]])
+            info.update(user=cluster.user, ssh_options=cluster.ssh_options())
+            if not topo.isSwitch(node) or self.dataplane.kind != planes.OVS:
+                continue
+            info["datapath"] = "kernel" if server.facts.get("kernel_datapath") else "user"
+        plan = TunnelPlan(cluster.underlay, kinds, self.mtu, machine_to_fabric,
+                          cluster.run_root)
+        self._tunnel_plan = plan
+        ssh_dir = Path(os.environ.get("HOME", "/root")) / ".ssh" / "mn"
+        made_ssh_dir = not ssh_dir.exists()
+        net = MininetCluster(topo=topo, servers=names, user=cluster.user,
+                             serverIP={s.name: s.address for s in cluster.servers},
+                             placement=fabric_placer(self.placement, machine_to_fabric),
+                             host=ClusterHost, switch=ClusterSwitch, link=tunnel_link(plan),
+                             precheck=False, controller=None, autoSetMacs=False,
+                             autoStaticArp=False, build=False)
+        if made_ssh_dir:
+            # MininetCluster makes it for ssh control sockets the testbed does
+            # not use; nothing of the run stays behind.
+            for path in (ssh_dir, ssh_dir.parent):
+                try:
+                    path.rmdir()
+                except OSError:
+                    break
+        return net
+
+    def _record_nodes(self) -> None:
+        """Every node's shell, recorded where it runs, for cleanup after a kill."""
+        remote: Dict[str, list] = {}
+        for node in self.net.hosts + self.net.switches:
+            server = self._server_of(node)
+            if server is not None:
+                remote.setdefault(server, []).append(
+                    (node.pid, f"mininet node {node.name}", bool(node.inNamespace)))
+            elif node.inNamespace:
+                state.record_pid(node.pid, f"mininet node {node.name}")
+        for server, pids in remote.items():
+            self.cluster.record_pids(server, pids)
+
+    def _set_controllers(self) -> None:
+        by_server: Dict[Optional[str], List[str]] = {}
+        for switch in self.net.switches:
+            by_server.setdefault(self._server_of(switch), []).append(switch.name)
+        for server, bridges in by_server.items():
+            if server is None:
+                ovs.set_controller(bridges, f"tcp:127.0.0.1:{self.ofp_port}")
+            else:
+                self.cluster.set_controller(server, bridges)
+
+    def _run_batches(self, tool: str, batches: Dict, what: str) -> None:
+        """``tool -batch`` per namespace, each on its server; ``batches`` maps
+        (server or None, namespace pid or None) to lines."""
+        per_server: Dict[Optional[str], Dict[Optional[int], List[str]]] = {}
+        for (server, pid), lines in batches.items():
+            if lines:
+                per_server.setdefault(server, {})[pid] = lines
+        try:
+            for server, by_pid in per_server.items():
+                if server is None:
+                    shaping.run_batches(tool, by_pid, what)
+                else:
+                    self.cluster.run_batches(server, tool, by_pid, f"{server}: {what}")
+        except (shaping.BatchError, ClusterError) as exc:
+            raise TestbedError(str(exc)) from None
+
+    def _stop_cluster(self) -> None:
+        """Every other server's files gathered here, then each agent cleans its
+        server and gives its lock back."""
+        cluster = self.cluster
+        try:
+            if cluster.agents:
+                self.cluster_record["gathered"] = cluster.gather(self.run_dir)
+        finally:
+            removed = cluster.stop()
+            if removed:
+                self.log(f"cluster: the servers' agents removed {len(removed)} item(s)")
+
+    def finish_cluster(self) -> dict:
+        """What the run records of its servers (while the network still
+        stands): tunnels with their byte counters, each server's CPU."""
+        if self.cluster is None:
+            return {}
+        cluster = self.cluster
+        cluster.tunnels = list(self._tunnel_plan.tunnels)
+        by_server: Dict[str, List[str]] = {}
+        for tunnel in cluster.tunnels:
+            for server, name in zip(tunnel.servers, tunnel.interfaces):
+                by_server.setdefault(server, []).append(name)
+        counted: Dict[Tuple[str, str], List[int]] = {}
+        for server, interfaces in by_server.items():
+            for name, values in cluster.interface_bytes(server, interfaces).items():
+                counted[(server, name)] = values
+        try:
+            cluster.sample_cpu()
+        except ClusterError as exc:
+            self.log(f"warning: per-server CPU not read: {exc}")
+        record = cluster.describe()
+        for row, tunnel in zip(record["tunnels"], cluster.tunnels):
+            row["bytes"] = {f"{server}:{name}": {"tx": counted.get((server, name), [None])[0],
+                                                 "rx": counted.get((server, name),
+                                                                   [None, None])[1]}
+                            for server, name in zip(tunnel.servers, tunnel.interfaces)}
+        record["placement"] = self.placement.describe()
+        record["hosts_per_server"] = dict(zip([s.name for s in cluster.servers],
+                                              self.placement.hosts_per_server))
+        self.cluster_record.update(record)
+        return self.cluster_record
+
+    def clock_offset(self, host: str) -> float:
+        """What to subtract from an epoch time taken on ``host``'s server to put
+        it on this machine's clock (0 on this machine)."""
+        if self.cluster is None or self.net is None:
+            return 0.0
+        server = self._server_of(self.net.get(host))
+        return self.cluster.offset_s(server) if server else 0.0
 
     def _seed_ecmp(self) -> None:
         """What a run's ECMP seed needs of the namespaces (`traffic.ports`).
@@ -398,15 +590,18 @@ class Testbed:
         On OVS this runs after the bridges took their ports, because Open
         vSwitch clears a port's qdisc when it first configures it.
         """
-        nodes = [(self._namespace_pid(node), machine_to_fabric(node.name),
-                  [i.name for i in node.intfList() if i.name != "lo"])
-                 for node in self.net.hosts + self.net.switches]
-        batches = shaping.namespace_batches(nodes, self.fabric, self.scale.bw_factor,
-                                            self.dataplane.kind, self.queue_packets, self.mtu)
-        try:
-            shaping.apply(batches)
-        except shaping.BatchError as exc:
-            raise TestbedError(str(exc)) from None
+        by_server: Dict[Optional[str], list] = {}
+        for node in self.net.hosts + self.net.switches:
+            by_server.setdefault(self._server_of(node), []).append(
+                (self._namespace_pid(node), machine_to_fabric(node.name),
+                 [i.name for i in node.intfList() if i.name != "lo"]))
+        for server, nodes in by_server.items():
+            batches = shaping.namespace_batches(nodes, self.fabric, self.scale.bw_factor,
+                                                self.dataplane.kind, self.queue_packets,
+                                                self.mtu)
+            for tool, what in (("ip", "set MTUs"), ("tc", "shape links")):
+                self._run_batches(tool, {(server, pid): batch[tool]
+                                         for pid, batch in batches.items()}, what)
 
     def _attach_namespaces(self) -> None:
         """Hand every switch's namespace to the controller, which programs it."""
@@ -434,10 +629,8 @@ class Testbed:
             intf = host.defaultIntf().name
             lines = [f"neigh replace {ip} lladdr {mac} dev {intf} nud permanent"
                      for ip, mac in entries if ip != host.IP()]
-            try:
-                shaping.run_batch("ip", lines, host.pid, f"{host.name}: install static ARP")
-            except shaping.BatchError as exc:
-                raise TestbedError(str(exc)) from None
+            self._run_batches("ip", {(self._server_of(host), host.pid): lines},
+                              f"{host.name}: install static ARP")
 
     def refresh_host_routes(self) -> None:
         """Program forwarding GPUs (SiP-OCS) for the fabric's current circuits."""
@@ -503,6 +696,9 @@ class Testbed:
         on its own.
         """
         links = list(links)
+        if self.cluster is not None:
+            raise TestbedError("taking links down is not built for cluster runs: the "
+                               "links of another server are in its namespaces")
         interfaces = self._interfaces(links)
         switch = self._link_switch()
         try:
@@ -627,6 +823,7 @@ class Testbed:
                 # None: the kernel's own random key (seed 0, or a kernel
                 # without the setting; OVS hashes with a fixed one).
                 "multipath_hash_seed": self.multipath_hash_seed,
+                "servers": [s.name for s in self.cluster.servers] if self.cluster else None,
                 "versions": versions(plane.ovs.version if plane.ovs else "")}
 
     def dump_tables(self, directory: Path) -> None:
@@ -637,6 +834,11 @@ class Testbed:
         for switch in self.net.switches:
             commands = self.dataplane.dump_commands(
                 switch.name, switch.pid, [i.name for i in switch.intfList() if i.name != "lo"])
+            server = self._server_of(switch)
+            if server is not None:
+                text = self.cluster.dump(server, commands)
+                (directory / f"{switch.name}.txt").write_text(f"# on {server}\n{text}")
+                continue
             parts = []
             for command in commands:
                 out = subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -649,7 +851,9 @@ class Testbed:
         of the testbed: hosts, kernel routers and patch panels, and the root one
         where Open vSwitch's ports live."""
         ovs_plane = self.dataplane.kind == planes.OVS
-        pids = [node.pid for node in self.net.hosts + self.net.switches if node.inNamespace]
+        # This machine's namespaces only: another server's are counted there.
+        pids = [node.pid for node in self.net.hosts + self.net.switches
+                if node.inNamespace and self._server_of(node) is None]
         return drops.read(pids + ([None] if ovs_plane else []), ovs=ovs_plane,
                           log_since=log_since, failed=self.failed_interfaces)
 
@@ -683,10 +887,31 @@ class Testbed:
         return self.net.get(name)
 
     def popen(self, host: str, args, what: str, **kwargs) -> subprocess.Popen:
-        """A process in a host's namespace, recorded for cleanup."""
-        proc = self.net.get(host).popen(args, **kwargs)
+        """A process in a host's namespace, recorded for cleanup.  On another
+        server (cluster mode) the folders its path arguments name are made
+        there first: what it writes lands at the same path, and is gathered
+        into the run folder at the end."""
+        node = self.net.get(host)
+        server = self._server_of(node)
+        if server is not None and isinstance(args, (list, tuple)):
+            self._mirror_folders(server, args)
+        proc = node.popen(args, **kwargs)
         state.record_pid(proc.pid, what)
         return proc
+
+    def _mirror_folders(self, server: str, args) -> None:
+        mirrored = self._mirrored.setdefault(server, set())
+        for word in (str(a) for a in args):
+            if not word.startswith("/"):
+                continue
+            path = Path(word)
+            folder = path if path.is_dir() else path.parent
+            if folder.is_dir() and str(folder) not in mirrored:
+                try:
+                    self.cluster.agents[server].call("mkdir", path=str(folder))
+                except ClusterError as exc:
+                    raise TestbedError(str(exc)) from None
+                mirrored.add(str(folder))
 
     def status(self) -> dict:
         self.check_controller()
