@@ -127,6 +127,7 @@ class _PortCapture:
         self.proc: Optional[subprocess.Popen] = None
         self.stderr: List[str] = []
         self.reader: Optional[threading.Thread] = None
+        self.remote = None      # (cluster, server) where tcpdump runs on another server
 
     @property
     def args(self) -> List[str]:
@@ -157,7 +158,18 @@ class _PortCapture:
         if self.proc is None:
             return
         was_running = self.proc.poll() is None
-        if was_running:
+        if was_running and self.remote is not None:
+            # Its input closed, the server stops it as Ctrl-C would, and it
+            # prints its counts over ssh; then its file is fetched.
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            cluster, server = self.remote
+            cluster.fetch(server, self.path)
+        elif was_running:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)
@@ -171,6 +183,10 @@ class _PortCapture:
             interfaces, extra = linkload.load_interface_map(self.map_path)
             extra.update(tcpdump_counts(self.stderr))
             extra.pop("format", None)
+            if self.remote is not None:
+                cluster, server = self.remote
+                extra["server"] = server
+                extra["clock_offset_s"] = cluster.offset_s(server)
             linkload.save_interface_map(self.map_path, interfaces, **extra)
 
 
@@ -267,6 +283,8 @@ class FabricCapture:
                         machine_name(self.fabric, switch), capture.args,
                         f"tcpdump {self.name} {switch}", stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE, text=True))
+            elif getattr(self.bed, "cluster", None) is not None:
+                self._start_per_server(directory)
             else:
                 interfaces = root_interfaces(self.sys_class_net)
                 capture = _PortCapture("root", interfaces, self._filter(interfaces),
@@ -289,6 +307,35 @@ class FabricCapture:
             self.stop()
             raise
         return self
+
+    def _start_per_server(self, directory: Path) -> None:
+        """A cluster run: one tcpdump in the root namespace of each server, over
+        the ports of the switches there; another server's writes its capture
+        there, fetched when it stops, its times on that server's clock (the
+        offset goes into its interface map; `linkload` corrects them)."""
+        cluster = self.bed.cluster
+        for server, switches in self.bed.switches_by_server().items():
+            suffix = "" if server is None else f"-{server}"
+            if server is None:
+                interfaces = root_interfaces(self.sys_class_net)
+            else:
+                interfaces = cluster.root_interfaces(server)
+            capture = _PortCapture(server or "root", interfaces,
+                                   self._filter(interfaces, nodes=switches),
+                                   directory / f"{self.name}{suffix}.pcap",
+                                   directory / f"{self.name}{suffix}.ifmap.json")
+            self.captures.append(capture)
+            if server is None:
+                proc = subprocess.Popen(capture.args, start_new_session=True,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                        text=True)
+                state.record_pid(proc.pid, f"tcpdump {self.name}")
+            else:
+                cluster.agents[server].call("mkdir", path=str(directory))
+                capture.remote = (cluster, server)
+                proc = cluster.popen_until_input_ends(server, capture.args,
+                                                      f"tcpdump {self.name} on {server}")
+            capture.started(proc)
 
     def stop(self) -> Optional[Path]:
         """Stop every tcpdump and add its packet counts to its interface map."""

@@ -508,6 +508,39 @@ class Cluster:
     def dump(self, server: str, commands: List[List[str]]) -> str:
         return self.agents[server].call("dump", commands=commands)["text"]
 
+    def root_interfaces(self, server: str) -> Dict[int, str]:
+        """Interface index -> name in ``server``'s root namespace."""
+        out = subprocess.run(self.ssh(self.server(server), ["ip", "-json", "link", "show"]),
+                             capture_output=True, text=True, timeout=SSH_TIMEOUT_S)
+        try:
+            return {link["ifindex"]: link["ifname"] for link in json.loads(out.stdout)}
+        except (ValueError, KeyError):
+            raise ClusterError(f"server {server}: cannot list its interfaces: "
+                               f"{out.stderr.strip()[:300]}") from None
+
+    def popen_until_input_ends(self, server: str, args: List[str],
+                               what: str) -> subprocess.Popen:
+        """``args`` in ``server``'s root namespace, stopped with SIGINT (as
+        tcpdump must be, to write its counts) when the returned process's
+        stdin is closed, or its ssh session ends."""
+        wrapper = '"$@" & child=$!; read -r _; kill -INT "$child"; wait "$child"'
+        proc = subprocess.Popen(self.ssh(self.server(server), ["sh", "-c", wrapper, "sh",
+                                                               *args]),
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        state.record_pid(proc.pid, what)
+        return proc
+
+    def fetch(self, server: str, path: Path) -> None:
+        """Copy one file the run wrote on ``server`` to the same path here."""
+        path = Path(path)
+        with open(path, "wb") as stream:
+            done = subprocess.run(self.ssh(self.server(server), ["cat", str(path)]),
+                                  stdout=stream, stderr=subprocess.PIPE, timeout=300)
+        if done.returncode != 0:
+            raise ClusterError(f"server {server}: cannot fetch {path}: "
+                               f"{done.stderr.decode(errors='replace')[:300]}")
+
     # ---------------------------------------------------------- the end
     def sample_cpu(self) -> None:
         from emu.live.server_agent import cpu_jiffies

@@ -547,6 +547,14 @@ class Testbed:
         self.cluster_record.update(record)
         return self.cluster_record
 
+    def switches_by_server(self) -> Dict[Optional[str], List[str]]:
+        """The fabric's switches by the server they run on (None: this one)."""
+        found: Dict[Optional[str], List[str]] = {}
+        for switch in self.fabric.switches:
+            node = self.net.get(machine_name(self.fabric, switch))
+            found.setdefault(self._server_of(node), []).append(switch)
+        return found
+
     def clock_offset(self, host: str) -> float:
         """What to subtract from an epoch time taken on ``host``'s server to put
         it on this machine's clock (0 on this machine)."""

@@ -203,10 +203,11 @@ class _Tally:
 
 
 def _tally(pcap_path, start: Optional[float], end: Optional[float],
-           bin_s: Optional[float], origin: Optional[float]):
+           bin_s: Optional[float], origin: Optional[float], shift_s: float = 0.0):
     """Per (ifindex, outgoing) tallies, the first and last timestamps kept,
     the number of packets outside [start, end) and the origin of the bins
-    (``origin`` if given, else the first packet kept)."""
+    (``origin`` if given, else the first packet kept); every timestamp less
+    ``shift_s`` (the capturing server's clock offset)."""
     tallies: Dict[Tuple[int, bool], _Tally] = {}
     first = last = None
     outside = 0
@@ -222,6 +223,7 @@ def _tally(pcap_path, start: Optional[float], end: Optional[float],
     try:
         for frame, meta in reader:
             ts, linktype, wirelen = _timestamp_and_linktype(reader, meta)
+            ts -= shift_s
             if linktype != LINKTYPE_LINUX_SLL2:
                 raise ValueError(f"{pcap_path}: link type {linktype}, not Linux cooked v2 "
                                  f"({LINKTYPE_LINUX_SLL2}): per-link load needs the "
@@ -460,8 +462,11 @@ def analyse_parts(parts: Sequence[Tuple[object, Union[Mapping[int, str], str, Pa
             interfaces, extra = load_interface_map(interfaces)
         if extra.get("dropped_by_kernel") is not None:
             dropped = (dropped or 0) + extra["dropped_by_kernel"]
+        # A capture made on another server of a cluster run carries that
+        # server's clock offset: its times are put on the run's clock.
+        shift_s = float(extra.get("clock_offset_s") or 0.0)
         part, part_first, part_last, part_outside, origin = _tally(pcap_path, start, end,
-                                                                   bin_s, origin)
+                                                                   bin_s, origin, shift_s)
         outside += part_outside
         if part_first is not None:
             first = part_first if first is None else min(first, part_first)
