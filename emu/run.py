@@ -28,6 +28,7 @@ from emu.experiments.base import Context, Network, Outcome, build_fabric, scale_
 from emu.fidelity import assess, fidelity_rows
 from emu.live.dataplane import Choice, DataplaneError, check_congestion, choose, cluster_choice
 from emu.live.cluster import Cluster, ClusterError
+from emu.live import interrupts
 from emu.live.feed import EVENTS_FILE, RunFeed
 from emu.live.state import AlreadyRunning
 from emu.schema import ScenarioError
@@ -68,7 +69,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     # A shell starts background jobs with SIGINT ignored, and Python then
     # keeps it ignored: a run must still stop, and clean up, on SIGINT.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, interrupts.raising(lambda signum: KeyboardInterrupt()))
     if args.list:
         print(list_scenarios())
         return 0

@@ -71,7 +71,6 @@ CLOCK_MAX_RTT_S = 0.05
 CAPACITY_SECONDS = 2.0
 CAPACITY_PORT = 5399
 VXLAN_OVERHEAD, GRE_OVERHEAD = 50, 38
-VXLAN_PORT = 4789
 
 
 class ClusterError(RuntimeError):
@@ -310,6 +309,18 @@ class Cluster:
         args = ["sh", "-c", script] if target.local else self.ssh(target, ["sh", "-c", script])
         out = subprocess.run(args, capture_output=True, text=True, timeout=SSH_TIMEOUT_S)
         return (out.stdout + out.stderr).strip()
+
+    def make_tunnel_end(self, server: str, **params) -> None:
+        """One end of a tunnel link on ``server`` (`server_agent.make_tunnel_end`):
+        here by ip, there by its agent, on the ssh session already open."""
+        from emu.live.server_agent import AgentError, make_tunnel_end
+        if self.server(server).local:
+            try:
+                make_tunnel_end(**params)
+            except AgentError as exc:
+                raise ClusterError(f"server {server}: {exc}") from None
+        else:
+            self.agents[server].call("tunnel", **params)
 
     def interface_bytes(self, server: str, names: Sequence[str]) -> Dict[str, List[int]]:
         """tx and rx bytes of interfaces in ``server``'s root namespace."""

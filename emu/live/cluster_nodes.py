@@ -38,11 +38,10 @@ from mininet.link import Link
 from mininet.node import OVSSwitch
 from mininet.util import errRun
 
-from emu.live.cluster import GRE_OVERHEAD, VXLAN_OVERHEAD, VXLAN_PORT, Tunnel
+from emu.live.cluster import GRE_OVERHEAD, VXLAN_OVERHEAD, ClusterError, Tunnel
+from emu.live.server_agent import AgentError
 from topologies.partition import Placement
 
-INTERFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
-IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 FIRST_VNI = 4201
 
 
@@ -152,9 +151,9 @@ class TunnelPlan:
     """
 
     def __init__(self, underlay: Dict, kinds: Dict, mtu: int, fabric_name_of,
-                 run_root: Callable[[str, str], str]):
+                 make_end: Callable[..., None]):
         self.underlay = underlay
-        self.run_root = run_root        # (server, script) -> its output
+        self.make_end = make_end        # (server, **tunnel end) -> None, or raises
         self.kinds = kinds
         self.mtu = mtu
         self.fabric_name_of = fabric_name_of
@@ -167,22 +166,13 @@ class TunnelPlan:
         kind = self.kinds[tuple(sorted((node1.server, node2.server)))]
         for node, name, peer in ((node1, name1, node2), (node2, name2, node1)):
             local, remote = self.underlay[(node.server, peer.server)]
-            if not (INTERFACE.match(name) and IPV4.match(local) and IPV4.match(remote)):
-                raise ValueError(f"tunnel {name}: bad name or address")
-            if kind == "gre":
-                device = f"gretap local {local} remote {remote} key {vni} ttl 64"
-            else:
-                device = (f"vxlan id {vni} local {local} remote {remote} "
-                          f"dstport {VXLAN_PORT}")
-            script = (f"ip link del {name} 2>/dev/null; "
-                      f"ip link add name {name} type {device} && "
-                      f"ip link set {name} mtu {self.mtu} up")
-            if node.inNamespace:
-                script += f" && ip link set {name} netns {int(node.pid)}"
-            out = self.run_root(node.server, script)
-            if out:
+            try:
+                self.make_end(node.server, name=name, kind=kind, vni=vni, local=local,
+                              remote=remote, mtu=self.mtu,
+                              netns_pid=int(node.pid) if node.inNamespace else None)
+            except (ClusterError, AgentError) as exc:
                 raise RuntimeError(f"{node.name} on {node.server}: could not make tunnel "
-                                   f"{name}: {out[:300]}")
+                                   f"{name}: {exc}") from None
         record = Tunnel(link=tuple(sorted((self.fabric_name_of(node1.name),
                                            self.fabric_name_of(node2.name)))),
                         servers=(node1.server, node2.server), kind=kind,

@@ -53,6 +53,46 @@ class AgentError(RuntimeError):
     """A request the agent refuses or could not carry out."""
 
 
+INTERFACE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+VXLAN_PORT = 4789
+
+
+def tunnel_end_commands(name: str, kind: str, vni: int, local: str, remote: str, mtu: int,
+                        netns_pid: Optional[int] = None) -> List[List[str]]:
+    """The ``ip`` commands that make one end of a tunnel link in a server's root
+    namespace: a VXLAN or GRE (gretap) device keyed by the link, up at the
+    fabric's MTU, then moved into its node's namespace if the node has one.
+    Every word is checked: this runs as root on each server."""
+    if not INTERFACE.match(str(name)) or kind not in ("vxlan", "gre"):
+        raise AgentError(f"tunnel: bad name {name!r} or kind {kind!r}")
+    if not (IPV4.match(str(local)) and IPV4.match(str(remote))):
+        raise AgentError(f"tunnel: bad addresses {local!r}, {remote!r}")
+    vni, mtu = int(vni), int(mtu)
+    if not (0 < vni < 1 << 24 and 68 <= mtu <= 65535):
+        raise AgentError(f"tunnel: key {vni} or MTU {mtu} out of range")
+    if kind == "gre":
+        device = ["type", "gretap", "local", local, "remote", remote, "key", str(vni),
+                  "ttl", "64"]
+    else:
+        device = ["type", "vxlan", "id", str(vni), "local", local, "remote", remote,
+                  "dstport", str(VXLAN_PORT)]
+    commands = [["ip", "link", "add", "name", name] + device,
+                ["ip", "link", "set", name, "mtu", str(mtu), "up"]]
+    if netns_pid is not None:
+        commands.append(["ip", "link", "set", name, "netns", str(int(netns_pid))])
+    return commands
+
+
+def make_tunnel_end(**params) -> None:
+    """Run `tunnel_end_commands` here; raise AgentError with what ip said."""
+    commands = tunnel_end_commands(**params)
+    subprocess.run(["ip", "link", "del", commands[0][4]], capture_output=True, timeout=10)
+    for command in commands:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+        if done.returncode != 0:
+            raise AgentError(f"{' '.join(command)}: {done.stderr.strip()[:300]}")
+
+
 def testbed_version(repo: str) -> str:
     """The checkout's commit (with ``+dirty`` when files differ), or the
     installed package's version where there is no git checkout."""
@@ -160,7 +200,7 @@ class ServerAgent:
 
     # ---------------------------------------------------------- life
     def start(self, description: str) -> List[str]:
-        self.lock = state.RunLock().acquire(description)
+        self.lock = state.RunLock(state.LOCK_PATH).acquire(description)
         return state.clean(log=lambda m: None)
 
     def finish(self) -> List[str]:
@@ -281,6 +321,12 @@ class ServerAgent:
                               f"{seconds:g}", "-J"], capture_output=True, text=True,
                              timeout=seconds + 20)
         return {"json": out.stdout, "code": out.returncode}
+
+    def op_tunnel(self, request: dict) -> dict:
+        """One end of a tunnel link (`make_tunnel_end`)."""
+        make_tunnel_end(**{key: request.get(key) for key in
+                           ("name", "kind", "vni", "local", "remote", "mtu", "netns_pid")})
+        return {}
 
     def op_dump(self, request: dict) -> dict:
         parts = []

@@ -33,7 +33,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
-from emu.live import drops, hostroutes, ovs, shaping, state
+from emu.live import drops, hostroutes, interrupts, ovs, shaping, state
 from emu.live.cluster import Cluster, ClusterError, Tunnel, demand_warnings
 from emu.live.feed import RunFeed
 from emu.live.linkstate import LinkStateError, LinkSwitch
@@ -64,8 +64,7 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM, turned into an exception so that finally blocks run."""
 
 
-def _raise_interrupted(signum, _frame):
-    raise Interrupted(f"signal {signum}")
+_raise_interrupted = interrupts.raising(lambda signum: Interrupted(f"signal {signum}"))
 
 
 class _DropHtbQuantum:
@@ -445,7 +444,7 @@ class Testbed:
                 continue
             info["datapath"] = "kernel" if server.facts.get("kernel_datapath") else "user"
         plan = TunnelPlan(cluster.underlay, kinds, self.mtu, machine_to_fabric,
-                          cluster.run_root)
+                          cluster.make_tunnel_end)
         self._tunnel_plan = plan
         ssh_dir = Path(os.environ.get("HOME", "/root")) / ".ssh" / "mn"
         made_ssh_dir = not ssh_dir.exists()

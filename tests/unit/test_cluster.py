@@ -175,7 +175,7 @@ def test_the_agent_holds_the_lock_records_pids_and_cleans_at_the_end_of_input(ru
 
 
 def test_a_busy_server_says_so_and_leaves_the_other_run_alone(run_dir):
-    with state.RunLock().acquire("another run"):
+    with state.RunLock(state.LOCK_PATH).acquire("another run"):
         state.record_pid(1, "the other run's process")
         stdout = io.StringIO()
         code = server_agent.serve(server_agent.ServerAgent("/repo"), "test",
@@ -189,3 +189,80 @@ def test_a_busy_server_says_so_and_leaves_the_other_run_alone(run_dir):
 def test_cpu_jiffies_count_busy_within_total():
     busy, total = server_agent.cpu_jiffies()
     assert 0 <= busy <= total
+
+
+# ---------------------------------------------------------------- tunnel links
+class _Node:
+    def __init__(self, name, server, in_namespace, pid):
+        self.name, self.server, self.inNamespace, self.pid = name, server, in_namespace, pid
+
+
+def _plan(kind, failing=None):
+    from emu.live.cluster_nodes import TunnelPlan
+    ends = []
+
+    def make_end(server, **params):
+        if server == failing:
+            raise ClusterError(f"server {server}: ip link add: File exists")
+        ends.append((server, params))
+
+    underlay = {("localhost", "b"): ("10.254.1.1", "10.254.1.2"),
+                ("b", "localhost"): ("10.254.1.2", "10.254.1.1")}
+    names = {"fes5": "s5", "h9": "h9"}
+    return TunnelPlan(underlay, {("b", "localhost"): kind}, 1500, names.get, make_end), ends
+
+
+def test_a_tunnel_link_is_two_ends_with_one_key_and_each_in_its_node():
+    plan, ends = _plan("vxlan")
+    switch, host = _Node("fes5", "localhost", False, 100), _Node("h9", "b", True, 4242)
+    record = plan.make(None, switch, host, "fes5-eth4", "h9-eth0")
+    assert ends == [
+        ("localhost", dict(name="fes5-eth4", kind="vxlan", vni=4201, local="10.254.1.1",
+                           remote="10.254.1.2", mtu=1500, netns_pid=None)),
+        ("b", dict(name="h9-eth0", kind="vxlan", vni=4201, local="10.254.1.2",
+                   remote="10.254.1.1", mtu=1500, netns_pid=4242))]
+    assert record.link == ("h9", "s5") and record.vni == 4201 and record.kind == "vxlan"
+    assert plan.make(None, switch, host, "fes5-eth5", "h9-eth1").vni == 4202
+    assert len(plan.tunnels) == 2
+
+
+def test_a_tunnel_that_cannot_be_made_says_where():
+    plan, _ = _plan("vxlan", failing="b")
+    with pytest.raises(RuntimeError, match="h9 on b: could not make tunnel h9-eth0"):
+        plan.make(None, _Node("fes5", "localhost", False, 1), _Node("h9", "b", True, 2),
+                  "fes5-eth4", "h9-eth0")
+
+
+def test_tunnel_ends_are_ip_commands_of_checked_words():
+    vxlan = server_agent.tunnel_end_commands("h9-eth0", "vxlan", 4201, "10.254.1.2",
+                                             "10.254.1.1", 1500, 4242)
+    assert vxlan == [
+        ["ip", "link", "add", "name", "h9-eth0", "type", "vxlan", "id", "4201", "local",
+         "10.254.1.2", "remote", "10.254.1.1", "dstport", "4789"],
+        ["ip", "link", "set", "h9-eth0", "mtu", "1500", "up"],
+        ["ip", "link", "set", "h9-eth0", "netns", "4242"]]
+    gre = server_agent.tunnel_end_commands("fes5-eth4", "gre", 7, "10.0.0.1", "10.0.0.2", 1500)
+    assert gre[0][5:9] == ["type", "gretap", "local", "10.0.0.1"] and "key" in gre[0]
+    assert len(gre) == 2                          # an OVS port stays in the root namespace
+    for bad in (dict(name="x; reboot"), dict(kind="geneve"), dict(local="$(id)"),
+                dict(vni=0), dict(mtu=20)):
+        args = dict(name="h9-eth0", kind="vxlan", vni=1, local="10.0.0.1",
+                    remote="10.0.0.2", mtu=1500)
+        args.update(bad)
+        with pytest.raises(server_agent.AgentError):
+            server_agent.tunnel_end_commands(**args)
+
+
+def test_the_placer_answers_mininet_by_its_node_names():
+    from emu.live.cluster_nodes import fabric_placer
+    from emu.live.testbed import machine_to_fabric
+    from topologies import registry
+    from topologies.partition import place_fabric
+
+    fabric = registry.build("fattree,k=4")
+    placement = place_fabric(fabric, 2)
+    placer = fabric_placer(placement, machine_to_fabric)(servers=["localhost", "b"],
+                                                         nodes=[], hosts=[], switches=[])
+    for node, server in placement.server_of.items():
+        name = node if fabric.kind(node) == "host" else f"fe{node}"
+        assert placer.place(name) == ["localhost", "b"][server]

@@ -398,3 +398,19 @@ def test_one_capture_per_switch_namespace_gives_the_same_loads(tmp_path, fabric,
         linkload.capture_filter({1: "lo"}, fabric, nodes=["s1"])
     with pytest.raises(ValueError, match="no capture"):
         linkload.analyse_parts([], fabric)
+
+
+def test_a_capture_from_another_server_is_put_on_the_runs_clock(tmp_path, fabric, interfaces):
+    # Cluster mode: a server whose clock is 2 s ahead captured the same
+    # traversals 2 s "later"; its interface map carries that offset.
+    local = sll2_capture(tmp_path / "here.pcap", traversal(interfaces, H1_TO_H2, T0 + 0.1))
+    remote = sll2_capture(tmp_path / "there.pcap",
+                          traversal(interfaces, H1_TO_H2, T0 + 2.0 + 1.3))
+    here = linkload.save_interface_map(tmp_path / "here.ifmap.json", interfaces)
+    there = linkload.save_interface_map(tmp_path / "there.ifmap.json", interfaces,
+                                        clock_offset_s=2.0)
+    loads = linkload.analyse_parts([(local, here), (remote, there)], fabric,
+                                   bw_factor=BW_FACTOR, bin_s=1.0, start=T0, end=T0 + 3.0)
+    mbit = FRAME * 8 / 1e6
+    assert loads.link("s1", "s3").series == pytest.approx([mbit, mbit, 0.0])
+    assert loads.outside == 0
