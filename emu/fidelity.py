@@ -243,6 +243,15 @@ def _cpu_warnings(cpu_summary: Optional[Mapping], saturation_pct: float,
     return warnings
 
 
+def _server_cpu_warnings(servers_cpu: Optional[Mapping[str, Optional[float]]],
+                         saturation_pct: float) -> List[str]:
+    return [f"datapath saturated: server {server} used {pct:.0f} % of its cores over the "
+            f"run, at or above {saturation_pct:.0f} %; rates may reflect the emulator, not "
+            "the fabric"
+            for server, pct in sorted((servers_cpu or {}).items())
+            if pct is not None and pct >= saturation_pct]
+
+
 def _drop_warnings(drops: Optional[Mapping]) -> List[str]:
     """Losses outside the emulated queues (`emu.live.drops`): the machine ran short."""
     if not drops:
@@ -266,7 +275,8 @@ def _drop_warnings(drops: Optional[Mapping]) -> List[str]:
 def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
            saturation_pct: float = 90.0, goodput_floor: float = 0.9,
            softirq_pct: float = SOFTIRQ_PCT, drops: Optional[Mapping] = None,
-           kernel_forwarding: bool = False) -> dict:
+           kernel_forwarding: bool = False,
+           servers_cpu: Optional[Mapping[str, Optional[float]]] = None) -> dict:
     """Fidelity warnings for one run.
 
     ``flows``: dicts with ``id``, ``start`` and ``end`` (epoch s),
@@ -290,6 +300,10 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
     veth and backlog drops, or ovs-vswitchd's hidden send failures.  Drops
     at the emulated queues are congestion, fabric behaviour: reported, not
     warned about.
+
+    ``servers_cpu`` (cluster mode): each server's CPU over the run, in
+    percent of all its cores; one at or above ``saturation_pct`` marks the
+    run saturated too, since the flows it forwards share its cores.
 
     Flows whose actual path is known (``path``) are also checked for links
     they shared while they ran (`shared_links`): an explanation of a
@@ -324,10 +338,11 @@ def assess(flows: Sequence[Mapping], cpu_summary: Optional[Mapping], *,
                 f"not the fabric, limited it")
     saturation = _cpu_warnings(cpu_summary, saturation_pct, softirq_pct,
                                kernel_forwarding) + \
-        _drop_warnings(drops)
+        _drop_warnings(drops) + _server_cpu_warnings(servers_cpu, saturation_pct)
     shared = shared_links(flows)
     resolved = sum(1 for flow in flows if flow.get("path"))
     return {"cpu": cpu_summary,
+            "servers_cpu_pct": dict(servers_cpu) if servers_cpu else None,
             "drops": dict(drops) if drops else None,
             "paths_known_count": resolved,
             "shared_links": shared,

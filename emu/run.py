@@ -296,7 +296,8 @@ def _emulate(scenario, fabric, scale, run_dir, result, feed: Optional[RunFeed] =
                                 softirq_pct=settings["softirq_pct"],
                                 goodput_floor=settings["goodput_floor"],
                                 drops=series.drops_summary(),
-                                kernel_forwarding=dataplane_of(scenario).dataplane == "linux")
+                                kernel_forwarding=dataplane_of(scenario).dataplane == "linux",
+                                servers_cpu=series.servers_cpu())
     return outcome
 
 

@@ -23,7 +23,8 @@ from controllers.control import ControlServer
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.openflow.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, BaseApp, ofp,
                                          ofp_event, set_ev_cls)
-from controllers.openflow.ovs_sync import Unixctl, flush_datapaths, vswitchd_ctl_path
+from controllers.openflow.ovs_paths import vswitchd_ctl_path
+from controllers.openflow.ovs_sync import Unixctl, flush_datapaths
 from controllers.service import FabricService
 from topologies.fabric import Fabric
 

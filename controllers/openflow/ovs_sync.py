@@ -11,8 +11,9 @@ tried first: it waits for a full revalidation cycle, up to 500 ms here.
 
 The request goes over ovs-vswitchd's unixctl socket with the `ovs` package's
 own client (`ovs.unixctl.client`), the one ovs-appctl's Python twin uses.
-Used only when the controller runs on the machine that runs OVS (the
-testbed's case); the launcher enables it with ``--dataplane-sync``.
+The launcher enables it with ``--dataplane-sync`` for the local
+ovs-vswitchd, and ``--dataplane-sync-socket PATH`` adds another server's
+(a cluster run forwards that server's socket here over ssh).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Optional
 
 with warnings.catch_warnings():
     # ovs.poller warns that eventlet is deprecated when eventlet is installed
@@ -28,7 +28,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import ovs.unixctl.client
 
-from controllers.openflow.ovs_paths import RUN_DIR, vswitchd_ctl_path  # noqa: F401 (re-exported)
 
 class DataplaneSyncError(RuntimeError):
     """ovs-vswitchd could not confirm a datapath change."""

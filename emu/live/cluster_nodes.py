@@ -26,7 +26,6 @@ pair.  `FabricPlacer` is a Mininet `Placer` that answers from
 from __future__ import annotations
 
 import getpass
-import re
 import shlex
 from itertools import groupby
 from operator import attrgetter

@@ -188,6 +188,17 @@ class TestbedSeries:
         by sample count, maxima over all."""
         return combine_cpu(list(self.cpu.values()))
 
+    def servers_cpu(self) -> Optional[Dict[str, Optional[float]]]:
+        """Cluster mode: each server's CPU over the run (the busiest of its
+        testbeds), in percent of all its cores."""
+        found: Dict[str, Optional[float]] = {}
+        for record in self.cluster.values():
+            for server in record.get("servers", []):
+                pct, before = server.get("cpu_pct"), found.get(server["name"])
+                found[server["name"]] = pct if before is None else \
+                    (before if pct is None else max(pct, before))
+        return found or None
+
     def drops_summary(self) -> Optional[dict]:
         """The testbeds' drop counts (`emu.live.drops`), summed."""
         if not self.drops:

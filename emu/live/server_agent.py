@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from emu.live import ovs, shaping, state
 

@@ -170,7 +170,8 @@ def clean(log=print) -> List[str]:
         if os.path.exists(path):
             os.unlink(path)
     for name in os.listdir(RUN_DIR) if os.path.isdir(RUN_DIR) else []:
-        if name.endswith((".sock", ".json")):
+        # .ctl: another server's ovs-vswitchd socket, forwarded (cluster mode).
+        if name.endswith((".sock", ".json", ".ctl")):
             os.unlink(os.path.join(RUN_DIR, name))
     for item in removed:
         log(f"cleaned: {item}")

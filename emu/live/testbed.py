@@ -167,6 +167,7 @@ class Testbed:
         self.placement = None
         self.cluster_record: Dict = {}
         self._mirrored: Dict[str, Set[str]] = {}     # server -> folders made there
+        self._tunnel_plan = None                     # the links between servers, once built
         # What the run tells its watchers (`emu.live.feed`); one that records
         # nowhere when the caller gave none, so emitting is always safe.
         self.feed = feed if feed is not None else RunFeed()

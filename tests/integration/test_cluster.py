@@ -10,6 +10,7 @@ Ctrl-C.  Bad input fails before anything exists on either.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -155,3 +156,24 @@ def test_a_server_without_open_vswitch_is_named(tmp_path):
         bare.run(["ovs-appctl", "-t", "ovsdb-server", "exit"], check=True)
         message = _fails(tmp_path, *cluster_sets(bare))
         assert f"server {bare.address} lacks Open vSwitch running" in message, message
+
+
+def test_pd_inference_captures_every_servers_switch_ports(tmp_path, server):
+    run, result = run_ok("pd-inference", tmp_path,
+                         *cluster_sets(server, "pd-inference.fabrics=['zcube']",
+                                       "pd-inference.requests=8"))
+    captures = run / "zcube" / "captures"
+    remote_map = json.loads((captures / f"links-{server.address}.ifmap.json").read_text())
+    assert remote_map["server"] == server.address and remote_map["captured"] > 0, remote_map
+    assert (captures / f"links-{server.address}.pcap").stat().st_size > 24
+    assert json.loads((captures / "links.ifmap.json").read_text())["captured"] > 0
+    # Links sent from the switches of both servers are in the per-link loads.
+    remote = {p.stem[len("fe"):] for p in (run / "zcube" / "dumps").iterdir()
+              if p.read_text().startswith(f"# on {server.address}")}
+    with open(run / "zcube" / "links.csv") as stream:
+        senders = {row["src"] for row in csv.DictReader(stream) if int(row["bytes"]) > 0}
+    assert senders & remote and (senders - remote) & {s for s in senders if s[0] == "s"}, \
+        (senders, remote)
+    assert result["cluster"]["zcube"]["hosts_per_server"] == {"localhost": 16,
+                                                              server.address: 16}
+    assert_nothing_left(server)

@@ -207,3 +207,11 @@ def test_a_lone_flow_too_short_or_losing_at_its_own_queue_is_not_held_to_its_rat
     why = {row["id"]: row["not_held"] for row in report["alone_flows"]}
     assert why == {"short": "shorter than 0.2 s at its rate",
                    "lossy": "12 retransmissions at its own queue", "slow": None}
+
+
+def test_a_busy_server_of_a_cluster_run_marks_it_saturated():
+    calm = assess([], None, servers_cpu={"localhost": 40.0, "10.0.0.12": None})
+    assert not calm["saturated"] and calm["servers_cpu_pct"]["localhost"] == 40.0
+    busy = assess([], None, servers_cpu={"localhost": 40.0, "10.0.0.12": 95.0})
+    assert busy["saturated"]
+    assert any("server 10.0.0.12 used 95 %" in w for w in busy["warnings"])
