@@ -102,7 +102,7 @@ def test_allreduce_across_two_servers_crosses_the_tunnels(tmp_path, server):
     assert_nothing_left(server)
 
 
-def test_ctrl_c_during_traffic_leaves_nothing_on_either_server(tmp_path, server):
+def _start_traffic(tmp_path, server):
     proc = subprocess.Popen([sys.executable, "-m", "emu.run", "allreduce", "--out",
                              str(tmp_path)] +
                             [a for s in cluster_sets(server, "allreduce.hosts=16")
@@ -115,12 +115,31 @@ def test_ctrl_c_during_traffic_leaves_nothing_on_either_server(tmp_path, server)
                proc.poll() is not None, 180, "the run to start its traffic")
     assert proc.poll() is None, "".join(lines)
     assert remote_leftovers(server), "the run should be using the second server now"
+    return proc, lines
+
+
+def test_ctrl_c_during_traffic_leaves_nothing_on_either_server(tmp_path, server):
+    proc, lines = _start_traffic(tmp_path, server)
     # What a terminal's Ctrl-C does: SIGINT to the whole process group.
     os.killpg(proc.pid, signal.SIGINT)
     code = proc.wait(timeout=120)
     assert code == 130, f"exit code {code}:\n{''.join(lines)}"
     result = json.loads((only_run(tmp_path) / "result.json").read_text())
     assert result["status"] == "interrupted"
+    assert_nothing_left(server)
+
+
+def test_a_killed_run_leaves_the_other_server_clean(tmp_path, server):
+    proc, _ = _start_traffic(tmp_path, server)
+    os.killpg(proc.pid, signal.SIGKILL)          # no finally block runs here
+    proc.wait(timeout=30)
+    # Its agent's input ended with the runner: it cleans that server itself.
+    wait_until(lambda: not remote_leftovers(server), 30, "the second server to clean itself",
+               detail=lambda: str(remote_leftovers(server)))
+    assert leftovers(), "this machine keeps its bridges for emu.clean, as on one server"
+    done = subprocess.run([sys.executable, "-m", "emu.clean"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
     assert_nothing_left(server)
 
 
