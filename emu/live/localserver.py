@@ -101,6 +101,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from emu.live.state import process_start_time, signal_process
 from emu.live.waiting import WaitTimeout, wait_until
 
 PREFIX = "fesrv"
@@ -201,28 +202,11 @@ def _dirs(root: str = DEFAULT_WORKDIR) -> List[Path]:
         return []
 
 
-def _start_time(pid: int) -> Optional[int]:
-    """Start time of a live process; None once it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as stream:
-            fields = stream.read().rsplit(")", 1)[1].split()
-        return None if fields[0] in ("Z", "X") else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _comm(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "?"
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _run_dir_device(pid: int) -> Optional[int]:
@@ -275,19 +259,15 @@ def _kill_netns_processes(name: str, grace_s: float = GRACE_S) -> List[str]:
         if not pids:
             break
         killed += [f"process {p} ({_comm(p)}) of {name}" for p in pids]
-        for pid in pids:
-            _signal(pid, signal.SIGTERM)
-        try:
-            wait_until(lambda: not any(_start_time(p) for p in pids), grace_s,
-                       f"the processes of netns {name} to exit")
-        except WaitTimeout:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             for pid in pids:
-                _signal(pid, signal.SIGKILL)
+                signal_process(pid, sig)
             try:
-                wait_until(lambda: not any(_start_time(p) for p in pids), grace_s,
-                           f"the processes of netns {name} to die")
+                wait_until(lambda: not any(process_start_time(p) for p in pids), grace_s,
+                           f"the processes of netns {name} to exit")
+                break
             except WaitTimeout:
-                pass
+                continue
     return killed
 
 
@@ -448,7 +428,7 @@ class LocalServer:
         return done.stdout
 
     def _remember(self, pid: int, what: str) -> None:
-        start = _start_time(pid)
+        start = process_start_time(pid)
         if start is not None:
             self._pids[pid] = (start, what)
 
@@ -692,8 +672,8 @@ class LocalServer:
             try:
                 # Processes of ours that are no longer (or never were) in the netns.
                 for pid, (start, _) in list(self._pids.items()):
-                    if _start_time(pid) == start:
-                        _signal(pid, signal.SIGKILL)
+                    if process_start_time(pid) == start:
+                        signal_process(pid, signal.SIGKILL)
                 for child in (self._sshd, self._anchor):
                     if child is not None:
                         if child.poll() is None:
@@ -729,7 +709,7 @@ class LocalServer:
         found += [f"link {link}" for link in _links()
                   if link in (self.host_link, self.server_link)]
         for pid, (start, what) in self._pids.items():
-            if _start_time(pid) == start and not any(f"process {pid} " in f for f in found):
+            if process_start_time(pid) == start and not any(f"process {pid} " in f for f in found):
                 found.append(f"process {pid} ({what})")
         if self.private_dir.exists():
             found.append(f"directory {self.private_dir}")

@@ -75,7 +75,7 @@ class RunLock:
 
 
 # ---------------------------------------------------------------- ownership
-def _start_time(pid: int) -> Optional[int]:
+def process_start_time(pid: int) -> Optional[int]:
     """Start time of a live process; None once it is gone or a zombie (it has exited)."""
     try:
         with open(f"/proc/{pid}/stat") as stream:
@@ -87,7 +87,7 @@ def _start_time(pid: int) -> Optional[int]:
 
 def record_pid(pid: int, what: str) -> None:
     ensure_run_dir()
-    entry = {"pid": pid, "start": _start_time(pid), "what": what}
+    entry = {"pid": pid, "start": process_start_time(pid), "what": what}
     with open(OWNED_PATH, "a") as stream:
         stream.write(json.dumps(entry) + "\n")
 
@@ -101,7 +101,7 @@ def owned_pids() -> List[dict]:
 
 
 def _alive_and_ours(entry: dict) -> bool:
-    start = _start_time(entry["pid"])
+    start = process_start_time(entry["pid"])
     return start is not None and start == entry.get("start")
 
 
@@ -109,7 +109,7 @@ def kill_owned(grace_s: float = 3.0) -> List[str]:
     """Terminate every recorded process still alive; returns what was killed."""
     alive = [e for e in owned_pids() if _alive_and_ours(e)]
     for entry in alive:
-        _signal(entry["pid"], signal.SIGTERM)
+        signal_process(entry["pid"], signal.SIGTERM)
     try:
         wait_until(lambda: not any(_alive_and_ours(e) for e in alive), grace_s,
                    "recorded processes to exit")
@@ -117,11 +117,11 @@ def kill_owned(grace_s: float = 3.0) -> List[str]:
         pass  # the stragglers get SIGKILL below
     for entry in alive:
         if _alive_and_ours(entry):
-            _signal(entry["pid"], signal.SIGKILL)
+            signal_process(entry["pid"], signal.SIGKILL)
     return [f"{e['what']} (pid {e['pid']})" for e in alive]
 
 
-def _signal(pid: int, sig: int) -> None:
+def signal_process(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:

@@ -17,3 +17,16 @@ def object_file(tmp_path_factory):
         return build.build(output=tmp_path_factory.mktemp("bpf") / "panel.bpf.o")
     except build.BuildError as exc:
         pytest.skip(f"the BPF object cannot be built here: {exc}")
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    """The testbed's run directory (`emu.live.state`: lock, pid records) moved
+    into a temporary folder, so a test never touches a real run's."""
+    from emu.live import state
+
+    directory = tmp_path / "run"
+    monkeypatch.setattr(state, "RUN_DIR", str(directory))
+    monkeypatch.setattr(state, "LOCK_PATH", str(directory / "lock"))
+    monkeypatch.setattr(state, "OWNED_PATH", str(directory / "owned.jsonl"))
+    return directory

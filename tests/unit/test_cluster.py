@@ -133,14 +133,11 @@ def test_cluster_runs_are_ovs_and_refuse_linux():
 
 # ---------------------------------------------------------------- server agent
 @pytest.fixture
-def run_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "run"
-    monkeypatch.setattr(state, "RUN_DIR", str(directory))
-    monkeypatch.setattr(state, "LOCK_PATH", str(directory / "lock"))
-    monkeypatch.setattr(state, "OWNED_PATH", str(directory / "owned.jsonl"))
+def agent_run_dir(run_dir, monkeypatch):
+    """The run directory of `run_dir`, with no bridges or links to clean."""
     monkeypatch.setattr(state, "our_bridges", lambda: [])
     monkeypatch.setattr(state, "our_links", lambda listing=None: [])
-    return directory
+    return run_dir
 
 
 @pytest.mark.parametrize("request_,expected", [
@@ -153,12 +150,12 @@ def run_dir(tmp_path, monkeypatch):
     ({"op": "mkdir", "path": "relative/dir"}, "not absolute"),
     ({"op": "iperf_server", "bind": "$(id)", "port": 5201}, "not an IPv4"),
 ])
-def test_the_agent_refuses_what_it_should_not_run(run_dir, request_, expected):
+def test_the_agent_refuses_what_it_should_not_run(agent_run_dir, request_, expected):
     with pytest.raises(server_agent.AgentError, match=expected):
         server_agent.ServerAgent("/repo").handle(request_)
 
 
-def test_the_agent_holds_the_lock_records_pids_and_cleans_at_the_end_of_input(run_dir):
+def test_the_agent_holds_the_lock_records_pids_and_cleans_at_the_end_of_input(agent_run_dir):
     requests = [{"op": "clock"}, {"op": "record", "pids": [[999999, "mininet node h1", True]]},
                 {"op": "bogus"}]
     stdin = io.StringIO("".join(json.dumps(r) + "\n" for r in requests))
@@ -171,10 +168,10 @@ def test_the_agent_holds_the_lock_records_pids_and_cleans_at_the_end_of_input(ru
     assert not replies[3]["ok"] and "unknown op" in replies[3]["error"]
     assert replies[-1]["event"] == "finished"
     assert server_agent.lock_free()                # given back at the end of input
-    assert not (run_dir / "owned.jsonl").exists()  # and its records cleaned
+    assert not (agent_run_dir / "owned.jsonl").exists()  # and its records cleaned
 
 
-def test_a_busy_server_says_so_and_leaves_the_other_run_alone(run_dir):
+def test_a_busy_server_says_so_and_leaves_the_other_run_alone(agent_run_dir):
     with state.RunLock(state.LOCK_PATH).acquire("another run"):
         state.record_pid(1, "the other run's process")
         stdout = io.StringIO()

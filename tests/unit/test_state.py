@@ -21,15 +21,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def run_dir(tmp_path, monkeypatch):
-    directory = tmp_path / "run"
-    monkeypatch.setattr(state, "RUN_DIR", str(directory))
-    monkeypatch.setattr(state, "LOCK_PATH", str(directory / "lock"))
-    monkeypatch.setattr(state, "OWNED_PATH", str(directory / "owned.jsonl"))
-    return directory
-
-
-@pytest.fixture
 def sleeper():
     proc = subprocess.Popen(["sleep", "30"])
     yield proc
@@ -179,7 +170,7 @@ def test_dead_process_is_not_reported(run_dir):
     proc = subprocess.Popen(["true"])
     state.record_pid(proc.pid, "short-lived")
     proc.wait()
-    assert wait_for(lambda: state._start_time(proc.pid) is None)
+    assert wait_for(lambda: state.process_start_time(proc.pid) is None)
     assert state.kill_owned(grace_s=0.1) == []
 
 
