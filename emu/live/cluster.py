@@ -278,6 +278,7 @@ class Cluster:
         self.cpu_start: Dict[str, List[int]] = {}
         self.cpu_pct: Dict[str, Optional[float]] = {}
         self.underlay: Dict[Tuple[str, str], Tuple[str, str]] = {}
+        self.tunnel_kinds: Dict[str, str] = {}        # "a <-> b" -> kind: why
 
     # ---------------------------------------------------------- ssh
     @property
@@ -591,8 +592,57 @@ class Cluster:
             copied += [f"{server.name}:{name}" for name in names]
         return copied
 
+    def plan_tunnels(self, placement, fabric, bw_factor: float):
+        """The tunnel kind of each server pair (recorded with why), the
+        capacity between the pairs that carry tunnels, measured now, and the
+        guardrail's warnings: ({(a, b): kind}, [warning])."""
+        names = [server.name for server in self.servers]
+        kinds = {}
+        for a in self.servers:
+            for b in self.servers:
+                if a.name < b.name:
+                    kind, why = tunnel_kind(a.facts, b.facts)
+                    kinds[(a.name, b.name)] = kind
+                    self.tunnel_kinds[f"{a.name} <-> {b.name}"] = f"{kind}: {why}"
+        planned = [Tunnel((u, v), (names[placement.server_of[u]],
+                                   names[placement.server_of[v]]), "")
+                   for u, v in placement.tunnels]
+        self.measure_capacity(sorted({t.servers for t in planned}))
+        link_mbps = {(u, v): min(d["gbps"] for d in fabric.graph.get_edge_data(u, v).values())
+                     * 1000 * bw_factor for u, v in placement.tunnels}
+        return kinds, demand_warnings(planned, link_mbps, self.capacity_mbps)
+
+    def record(self, tunnels: Sequence[Tunnel], placement) -> dict:
+        """The run's record of its servers, read while the network stands:
+        every tunnel with the byte counters of both its ends, each server's
+        CPU since the start, the placement."""
+        self.tunnels = list(tunnels)
+        by_server: Dict[str, List[str]] = {}
+        for tunnel in self.tunnels:
+            for server, name in zip(tunnel.servers, tunnel.interfaces):
+                by_server.setdefault(server, []).append(name)
+        counted: Dict[Tuple[str, str], List[int]] = {}
+        for server, interfaces in by_server.items():
+            for name, values in self.interface_bytes(server, interfaces).items():
+                counted[(server, name)] = values
+        try:
+            self.sample_cpu()
+        except ClusterError as exc:
+            self.log(f"warning: per-server CPU not read: {exc}")
+        record = self.describe()
+        for row, tunnel in zip(record["tunnels"], self.tunnels):
+            row["bytes"] = {}
+            for server, name in zip(tunnel.servers, tunnel.interfaces):
+                tx, rx = counted.get((server, name), (None, None))
+                row["bytes"][f"{server}:{name}"] = {"tx": tx, "rx": rx}
+        record["placement"] = placement.describe()
+        record["hosts_per_server"] = dict(zip([s.name for s in self.servers],
+                                              placement.hosts_per_server))
+        return record
+
     def describe(self) -> dict:
-        return {"servers": [{"name": s.name, "address": s.address,
+        return {"tunnel_kinds": dict(self.tunnel_kinds),
+                "servers": [{"name": s.name, "address": s.address,
                              "version": s.facts.get("version"),
                              "clock_offset_ms": round(self.clock.get(s.name, {})
                                                       .get("offset_s", 0.0) * 1000, 3),

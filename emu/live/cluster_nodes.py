@@ -26,9 +26,11 @@ pair.  `FabricPlacer` is a Mininet `Placer` that answers from
 from __future__ import annotations
 
 import getpass
+import os
 import shlex
 from itertools import groupby
 from operator import attrgetter
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mininet.examples.cluster import (ClusterCleanup, Placer, RemoteHost, RemoteLink,
@@ -212,3 +214,41 @@ def fabric_placer(placement: Placement, fabric_name_of):
     def make(**kwargs):
         return FabricPlacer(placement, fabric_name_of, **kwargs)
     return make
+
+
+def cluster_network(cluster, topo, placement: Placement, kinds: Dict, mtu: int,
+                    fabric_name_of, ovs_datapath: bool = True):
+    """A `MininetCluster` of ``topo`` over ``cluster``'s servers, not built yet,
+    and the `TunnelPlan` its links between servers will be made with.
+
+    Every node gets the run's ssh user and options; an OVS switch, the
+    datapath its server has (the kernel's where the module is, else
+    userspace).
+    """
+    from mininet.examples.cluster import MininetCluster
+
+    names = [server.name for server in cluster.servers]
+    for node in topo.nodes():
+        info = topo.nodeInfo(node)
+        server = cluster.server(names[placement.server_of[fabric_name_of(node)]])
+        info.update(user=cluster.user, ssh_options=cluster.ssh_options())
+        if ovs_datapath and topo.isSwitch(node):
+            info["datapath"] = "kernel" if server.facts.get("kernel_datapath") else "user"
+    plan = TunnelPlan(cluster.underlay, kinds, mtu, fabric_name_of, cluster.make_tunnel_end)
+    ssh_dir = Path(os.environ.get("HOME", "/root")) / ".ssh" / "mn"
+    made_ssh_dir = not ssh_dir.exists()
+    net = MininetCluster(topo=topo, servers=names, user=cluster.user,
+                         serverIP={s.name: s.address for s in cluster.servers},
+                         placement=fabric_placer(placement, fabric_name_of),
+                         host=ClusterHost, switch=ClusterSwitch, link=tunnel_link(plan),
+                         precheck=False, controller=None, autoSetMacs=False,
+                         autoStaticArp=False, build=False)
+    if made_ssh_dir:
+        # MininetCluster makes it for ssh control sockets the testbed does not
+        # use; nothing of the run stays behind.
+        for path in (ssh_dir, ssh_dir.parent):
+            try:
+                path.rmdir()
+            except OSError:
+                break
+    return net, plan

@@ -34,7 +34,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 from controllers.control import ControlClient, ControlError
 from emu.live import dataplane as planes
 from emu.live import drops, hostroutes, interrupts, ovs, shaping, state
-from emu.live.cluster import Cluster, ClusterError, Tunnel, demand_warnings
+from emu.live.cluster import Cluster, ClusterError
 from emu.live.feed import RunFeed
 from emu.live.linkstate import LinkStateError, LinkSwitch
 from emu.live.loadlog import LOAD_FILE, LoadSampler
@@ -407,62 +407,19 @@ class Testbed:
 
     def _cluster_network(self, topo):
         """A `MininetCluster` over the run's servers: nodes placed a pod per
-        server (`topologies.partition`), links between servers as tunnels."""
-        from mininet.examples.cluster import MininetCluster
-        from emu.live.cluster import tunnel_kind
-        from emu.live.cluster_nodes import (ClusterHost, ClusterSwitch, TunnelPlan,
-                                            fabric_placer, tunnel_link)
+        server (`topologies.partition`), links between servers as tunnels, the
+        servers' network measured for them first."""
+        from emu.live.cluster_nodes import cluster_network
 
-        cluster = self.cluster
-        names = [server.name for server in cluster.servers]
         self.log(f"placement: {self.placement.describe()}")
-        kinds, reasons = {}, {}
-        for a in cluster.servers:
-            for b in cluster.servers:
-                if a.name < b.name:
-                    kind, why = tunnel_kind(a.facts, b.facts)
-                    kinds[(a.name, b.name)] = kind
-                    reasons[f"{a.name} <-> {b.name}"] = f"{kind}: {why}"
-        self.cluster_record["tunnel_kinds"] = reasons
-        crossing = {(names[self.placement.server_of[u]], names[self.placement.server_of[v]])
-                    for u, v in self.placement.tunnels}
-        cluster.measure_capacity(sorted(crossing))
-        link_mbps = {}
-        for u, v in self.placement.tunnels:
-            gbps = min(d["gbps"] for d in self.fabric.graph.get_edge_data(u, v).values())
-            link_mbps[(u, v)] = gbps * 1000 * self.scale.bw_factor
-        planned = [Tunnel((u, v), (names[self.placement.server_of[u]],
-                                   names[self.placement.server_of[v]]), "")
-                   for u, v in self.placement.tunnels]
-        for warning in demand_warnings(planned, link_mbps, cluster.capacity_mbps):
+        kinds, warnings = self.cluster.plan_tunnels(self.placement, self.fabric,
+                                                    self.scale.bw_factor)
+        for warning in warnings:
             self.log(f"warning: {warning}")
             self.warnings.append(warning)
-        for node in topo.nodes():
-            info = topo.nodeInfo(node)
-            server = cluster.server(names[self.placement.server_of[machine_to_fabric(node)]])
-            info.update(user=cluster.user, ssh_options=cluster.ssh_options())
-            if not topo.isSwitch(node) or self.dataplane.kind != planes.OVS:
-                continue
-            info["datapath"] = "kernel" if server.facts.get("kernel_datapath") else "user"
-        plan = TunnelPlan(cluster.underlay, kinds, self.mtu, machine_to_fabric,
-                          cluster.make_tunnel_end)
-        self._tunnel_plan = plan
-        ssh_dir = Path(os.environ.get("HOME", "/root")) / ".ssh" / "mn"
-        made_ssh_dir = not ssh_dir.exists()
-        net = MininetCluster(topo=topo, servers=names, user=cluster.user,
-                             serverIP={s.name: s.address for s in cluster.servers},
-                             placement=fabric_placer(self.placement, machine_to_fabric),
-                             host=ClusterHost, switch=ClusterSwitch, link=tunnel_link(plan),
-                             precheck=False, controller=None, autoSetMacs=False,
-                             autoStaticArp=False, build=False)
-        if made_ssh_dir:
-            # MininetCluster makes it for ssh control sockets the testbed does
-            # not use; nothing of the run stays behind.
-            for path in (ssh_dir, ssh_dir.parent):
-                try:
-                    path.rmdir()
-                except OSError:
-                    break
+        net, self._tunnel_plan = cluster_network(
+            self.cluster, topo, self.placement, kinds, self.mtu, machine_to_fabric,
+            ovs_datapath=self.dataplane.kind == planes.OVS)
         return net
 
     def _record_nodes(self) -> None:
@@ -521,30 +478,8 @@ class Testbed:
         stands): tunnels with their byte counters, each server's CPU."""
         if self.cluster is None:
             return {}
-        cluster = self.cluster
-        cluster.tunnels = list(self._tunnel_plan.tunnels)
-        by_server: Dict[str, List[str]] = {}
-        for tunnel in cluster.tunnels:
-            for server, name in zip(tunnel.servers, tunnel.interfaces):
-                by_server.setdefault(server, []).append(name)
-        counted: Dict[Tuple[str, str], List[int]] = {}
-        for server, interfaces in by_server.items():
-            for name, values in cluster.interface_bytes(server, interfaces).items():
-                counted[(server, name)] = values
-        try:
-            cluster.sample_cpu()
-        except ClusterError as exc:
-            self.log(f"warning: per-server CPU not read: {exc}")
-        record = cluster.describe()
-        for row, tunnel in zip(record["tunnels"], cluster.tunnels):
-            row["bytes"] = {f"{server}:{name}": {"tx": counted.get((server, name), [None])[0],
-                                                 "rx": counted.get((server, name),
-                                                                   [None, None])[1]}
-                            for server, name in zip(tunnel.servers, tunnel.interfaces)}
-        record["placement"] = self.placement.describe()
-        record["hosts_per_server"] = dict(zip([s.name for s in cluster.servers],
-                                              self.placement.hosts_per_server))
-        self.cluster_record.update(record)
+        self.cluster_record.update(self.cluster.record(self._tunnel_plan.tunnels,
+                                                       self.placement))
         return self.cluster_record
 
     def switches_by_server(self) -> Dict[Optional[str], List[str]]:
