@@ -414,6 +414,9 @@ class Testbed:
         self.log(f"placement: {self.placement.describe()}")
         kinds, warnings = self.cluster.plan_tunnels(self.placement, self.fabric,
                                                     self.scale.bw_factor)
+        for pair, why in self.cluster.tunnel_kinds.items():
+            self.log(f"tunnels {pair}: {why}")
+        self.log("tunnel links: " + " ".join(f"{u}-{v}" for u, v in self.placement.tunnels))
         for warning in warnings:
             self.log(f"warning: {warning}")
             self.warnings.append(warning)
