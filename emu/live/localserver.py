@@ -127,7 +127,10 @@ GRACE_S = 2.0
 
 # The anchor: runs in the new mount namespace (and the netns), checks that no
 # mount of it is shared, detaches its copies of the root namespace's named
-# netns, mounts the tmpfs, says "ready PID" and sleeps until killed.
+# netns, mounts the tmpfs, says "ready PID" and sleeps until killed.  A path
+# given as "+PATH:STAGING" stays visible at PATH although a tmpfs covers
+# its parent: the testbed's checkout, which cluster mode runs at the same
+# path on every server, when it sits under /tmp (a CI checkout may).
 ANCHOR = r"""
 import os, signal, subprocess, sys
 def mounts():
@@ -139,10 +142,17 @@ if shared:
 netns = sorted((m[4] for m in mounts() if m[4].startswith("/run/netns/")), key=len, reverse=True)
 for target in netns:
     subprocess.run(["umount", "-l", target], check=True)
-for spec in sys.argv[1:]:
+keeps = [a[1:].rsplit(":", 1) for a in sys.argv[1:] if a.startswith("+")]
+for source, staging in keeps:
+    os.makedirs(staging, exist_ok=True)
+    subprocess.run(["mount", "--bind", source, staging], check=True)
+for spec in (a for a in sys.argv[1:] if not a.startswith("+")):
     target, mode = spec.rsplit(":", 1)
     os.makedirs(target, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=" + mode, "fesrv", target], check=True)
+for source, staging in keeps:
+    os.makedirs(source, exist_ok=True)
+    subprocess.run(["mount", "--move", staging, source], check=True)
 print("ready", os.getpid(), flush=True)
 while True:
     signal.pause()
@@ -493,6 +503,11 @@ class LocalServer:
 
     def _start_anchor(self) -> None:
         specs = [f"{target}:{mode}" for target, mode in TMPFS]
+        # The checkout stays where it is inside the server, as on a real
+        # second server with the same checkout at the same path.
+        checkout = Path(__file__).resolve().parents[2]
+        if any(checkout == Path(t) or Path(t) in checkout.parents for t, _ in TMPFS):
+            specs.append(f"+{checkout}:{self.private_dir / 'checkout'}")
         args = ["ip", "netns", "exec", self.netns, "unshare", "--mount",
                 "--propagation", "private", sys.executable, "-I", "-c", ANCHOR, *specs]
         with open(self.private_dir / "anchor.log", "wb") as errors:
