@@ -49,6 +49,7 @@ import shlex
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -196,23 +197,29 @@ class RemoteAgent:
     def __init__(self, server: Server, ssh: Callable[[Server, List[str]], List[str]],
                  args: List[str]):
         self.server = server
+        # A file, not a pipe: nobody reads the agent's stderr while it runs,
+        # and a full pipe would stop it.
+        self.errors = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(ssh(server, args), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.errors,
                                      text=True, start_new_session=True)
         self._lock = threading.Lock()
+        self.broken = ""          # why it stopped answering; every later call fails
 
     def _line(self, timeout_s: float) -> dict:
+        if self.broken:
+            raise ClusterError(f"server {self.server.name}: {self.broken}")
         line: List[str] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),
                                   daemon=True)
         reader.start()
         reader.join(timeout_s)
         if not line or not line[0]:
-            err = ""
-            if self.proc.poll() is not None:
-                err = (self.proc.stderr.read() or "").strip()[-500:]
-            raise ClusterError(f"server {self.server.name}: its agent did not answer"
-                               + (f": {err}" if err else ""))
+            # A reader still waiting would take the next reply as this one's.
+            self.errors.seek(0)
+            err = self.errors.read().decode(errors="replace").strip()[-500:]
+            self.broken = "its agent did not answer" + (f": {err}" if err else "")
+            raise ClusterError(f"server {self.server.name}: {self.broken}")
         return json.loads(line[0])
 
     def wait_ready(self) -> dict:
@@ -249,6 +256,7 @@ class RemoteAgent:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+                self.errors.close()
         return removed
 
 

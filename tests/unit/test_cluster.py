@@ -263,3 +263,14 @@ def test_the_placer_answers_mininet_by_its_node_names():
     for node, server in placement.server_of.items():
         name = node if fabric.kind(node) == "host" else f"fe{node}"
         assert placer.place(name) == ["localhost", "b"][server]
+
+
+def test_an_agent_that_stops_answering_is_not_asked_again():
+    silent = cluster.Server("b", "10.0.0.2", False)
+    agent = cluster.RemoteAgent(silent, lambda server, args: ["sh", "-c", "sleep 30"], [])
+    with pytest.raises(ClusterError, match="server b: its agent did not answer"):
+        agent.call("clock", timeout_s=0.2)
+    # A reader still waits on the first reply: the next call must not take it.
+    with pytest.raises(ClusterError, match="did not answer"):
+        agent.call("cpu", timeout_s=5)
+    assert agent.quit(timeout_s=0.5) == [] and agent.proc.poll() is not None
