@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import signal
 import shlex
 from itertools import groupby
 from operator import attrgetter
@@ -71,6 +72,18 @@ class ClusterNodeMixin:
             cmd = [shlex.quote(str(word)) for word in cmd]
             sudo = sudo and self.user != "root"
         return super()._popen(cmd, sudo=sudo, tt=tt, **params)
+
+    def terminate(self):
+        # Mininet stops a shell with SIGHUP.  Under nohup (or any runner that
+        # ignores SIGHUP) the ssh that holds a remote shell inherits the
+        # ignore and stays; Mininet then waits for it for ever.  ssh quits on
+        # SIGTERM, and the server hangs up the shell behind it.
+        if self.isRemote and self.shell is not None and self.shell.poll() is None:
+            try:
+                os.killpg(self.shell.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        super().terminate()
 
     def rcmd(self, *cmd, **opts):
         """A command in the server's root namespace; its output.  (Mininet's
