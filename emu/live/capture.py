@@ -158,24 +158,21 @@ class _PortCapture:
         if self.proc is None:
             return
         was_running = self.proc.poll() is None
-        if was_running and self.remote is not None:
-            # Its input closed, the server stops it as Ctrl-C would, and it
-            # prints its counts over ssh; then its file is fetched.
-            self.proc.stdin.close()
+        if was_running:
+            if self.remote is not None:
+                # Its input closed, the server stops it as Ctrl-C would, and it
+                # prints its counts over ssh.
+                self.proc.stdin.close()
+            else:
+                self.proc.terminate()
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
-            cluster, server = self.remote
-            cluster.fetch(server, self.path)
-        elif was_running:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+            if self.remote is not None:
+                cluster, server = self.remote
+                cluster.fetch(server, self.path)
         if self.reader is not None:
             # tcpdump prints its counts as it exits: let the reader catch up.
             self.reader.join(timeout=5)
@@ -283,19 +280,8 @@ class FabricCapture:
                         machine_name(self.fabric, switch), capture.args,
                         f"tcpdump {self.name} {switch}", stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE, text=True))
-            elif getattr(self.bed, "cluster", None) is not None:
-                self._start_per_server(directory)
             else:
-                interfaces = root_interfaces(self.sys_class_net)
-                capture = _PortCapture("root", interfaces, self._filter(interfaces),
-                                       directory / f"{self.name}.pcap",
-                                       directory / f"{self.name}.ifmap.json")
-                self.captures.append(capture)
-                proc = subprocess.Popen(capture.args, start_new_session=True,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                        text=True)
-                state.record_pid(proc.pid, f"tcpdump {self.name}")
-                capture.started(proc)
+                self._start_in_root_namespaces(directory)
             wait_until(lambda: all(c.listening() or c.proc.poll() is not None
                                    for c in self.captures), timeout_s,
                        "tcpdump on every switch port to listen")
@@ -308,13 +294,15 @@ class FabricCapture:
             raise
         return self
 
-    def _start_per_server(self, directory: Path) -> None:
-        """A cluster run: one tcpdump in the root namespace of each server, over
-        the ports of the switches there; another server's writes its capture
-        there, fetched when it stops, its times on that server's clock (the
-        offset goes into its interface map; `linkload` corrects them)."""
-        cluster = self.bed.cluster
-        for server, switches in self.bed.switches_by_server().items():
+    def _start_in_root_namespaces(self, directory: Path) -> None:
+        """One tcpdump in the root namespace of this machine, over every switch
+        port; in a cluster run, one in each server's, over the ports of the
+        switches there.  Another server's writes its capture there, fetched
+        when it stops, its times on that server's clock (the offset goes into
+        its interface map; `linkload` corrects them)."""
+        cluster = getattr(self.bed, "cluster", None)
+        groups = self.bed.switches_by_server() if cluster is not None else {None: None}
+        for server, switches in groups.items():
             suffix = "" if server is None else f"-{server}"
             if server is None:
                 interfaces = root_interfaces(self.sys_class_net)

@@ -40,7 +40,7 @@ from mininet.link import Link
 from mininet.node import OVSSwitch
 from mininet.util import errRun
 
-from emu.live.cluster import GRE_OVERHEAD, VXLAN_OVERHEAD, ClusterError, Tunnel
+from emu.live.cluster import ClusterError, Tunnel
 from emu.live.server_agent import AgentError
 from topologies.partition import Placement
 
@@ -193,10 +193,6 @@ class TunnelPlan:
                         interfaces=(name1, name2), vni=vni)
         self.tunnels.append(record)
         return record
-
-    @staticmethod
-    def overhead(kind: str) -> int:
-        return GRE_OVERHEAD if kind == "gre" else VXLAN_OVERHEAD
 
 
 def tunnel_link(plan: TunnelPlan):
