@@ -41,6 +41,11 @@ class ControlError(RuntimeError):
     """The controller refused a request or could not be reached."""
 
 
+class ChannelError(ControlError):
+    """The channel failed: no controller answered (it may have died), as
+    opposed to a controller that answered with a refusal."""
+
+
 class ControlServer:
     def __init__(self, path: str, handler: Handler):
         self.path = path
@@ -191,7 +196,7 @@ class ControlClient:
             sock.connect(self.path)
         except OSError as exc:
             sock.close()
-            raise ControlError(f"controller not reachable at {self.path}: {exc}") from None
+            raise ChannelError(f"controller not reachable at {self.path}: {exc}") from None
         self._sock, self._stream = sock, sock.makefile("rwb")
 
     def call(self, op: str, timeout: Optional[float] = None, **args) -> dict:
@@ -208,10 +213,10 @@ class ControlClient:
             line = self._stream.readline()
         except OSError as exc:
             self.close()
-            raise ControlError(f"control channel failed during {op!r}: {exc}") from None
+            raise ChannelError(f"control channel failed during {op!r}: {exc}") from None
         if not line:
             self.close()
-            raise ControlError(f"controller closed the channel during {op!r}")
+            raise ChannelError(f"controller closed the channel during {op!r}")
         try:
             reply = json.loads(line)
         except ValueError:
@@ -224,6 +229,9 @@ class ControlClient:
 
     def close(self) -> None:
         if self._sock is not None:
-            self._stream.close()
+            try:
+                self._stream.close()
+            except OSError:
+                pass        # a request still buffered for a controller that died
             self._sock.close()
         self._sock = self._stream = None

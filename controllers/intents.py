@@ -16,6 +16,10 @@ Intents, per switch::
 
     Reset(switch)                 forget every route, pin and circuit the switch holds;
                                   what follows in the same list installs from scratch
+    Resync(switch, dark_ports)    what follows in the same list is all the switch must
+                                  hold: change what differs, leave what is right as it
+                                  is (a restarted controller); pins go and come back,
+                                  the dark ports of an OCS carry no circuit
     Route(switch, dst, ...ports)  packets to host dst leave by any of ports (ECMP,
                                   per flow); no port: dropped (unreachable)
     Lightpath(ocs, a, b, lit)     OCS ports a and b joined both ways (lit) or torn (dark)
@@ -39,6 +43,22 @@ class Reset:
     """The switch forgets what it holds; intents after it in a list install anew."""
 
     switch: str
+
+
+@dataclass(frozen=True)
+class Resync:
+    """The switch keeps forwarding; intents after it in a list are everything it
+    must hold, and only what differs changes.
+
+    A controller that comes back after a crash finds switches still forwarding
+    by its predecessor's decisions.  A `Reset` would cut every flow for the
+    moment of the reinstall; this replaces each route and circuit in place.
+    ``dark_ports`` (an OCS) are the ports no circuit may join, whatever the
+    switch holds: a reconfiguration cut short may have lit one.
+    """
+
+    switch: str
+    dark_ports: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,7 +112,7 @@ class UnpinHop:
     dst_ip: str
 
 
-Intent = Union[Reset, Route, Lightpath, PinHop, UnpinHop]
+Intent = Union[Reset, Resync, Route, Lightpath, PinHop, UnpinHop]
 Batch = Dict[str, List[Intent]]
 
 

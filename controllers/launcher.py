@@ -9,6 +9,10 @@ a 0600 Unix socket.
 
     python -m controllers.launcher --fabric F.json --socket S --dataplane ovs --ofp-port 6653
     python -m controllers.launcher --fabric F.json --socket S --dataplane linux
+
+With ``--state FILE`` the controller keeps its decisions there
+(`controllers.statefile`); started again with ``--resume`` after it died, it
+takes them over and resynchronises the switches without resetting them.
 """
 
 from __future__ import annotations
@@ -41,10 +45,17 @@ def parse_args(argv):
     parser.add_argument("--panel", choices=("auto", "bpf", "mirred"), default="auto",
                         help="linux: the OCS patch panel (auto: BPF where it loads, "
                         "else mirred)")
+    parser.add_argument("--state", help="keep the controller's decisions in this file "
+                        "(controllers.statefile), for a successor if this process dies")
+    parser.add_argument("--resume", action="store_true",
+                        help="a predecessor died: take over its --state file and "
+                        "resynchronise the switches instead of resetting them")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.dataplane == "ovs" and args.ofp_port is None:
         parser.error("--dataplane ovs needs --ofp-port")
+    if args.resume and not args.state:
+        parser.error("--resume needs --state")
     return args
 
 
@@ -79,6 +90,8 @@ def run_openflow(args) -> int:
     LaunchSettings.tdf = args.tdf
     LaunchSettings.dataplane_sync = args.dataplane_sync
     LaunchSettings.sync_sockets = list(args.dataplane_sync_socket)
+    LaunchSettings.state_path = args.state
+    LaunchSettings.resume = args.resume
     cfg.CONF(args=["--ofp-listen-host", LOOPBACK, "--ofp-tcp-listen-port", str(args.ofp_port)],
              project=FRAMEWORK)
 
@@ -111,7 +124,8 @@ def run_netlink(args) -> int:
 
     on_stop_signals(stop)
     logging.getLogger("fabric.launcher").info("netlink controller (kernel data plane)")
-    serve(args.fabric, args.socket, args.tdf, stopping, panel=args.panel)
+    serve(args.fabric, args.socket, args.tdf, stopping, panel=args.panel,
+          state_path=args.state, resume=args.resume)
     logging.shutdown()
     return 0
 

@@ -43,8 +43,10 @@ from typing import Dict, FrozenSet, List, Optional, Protocol, Sequence, Set, Tup
 from controllers.control import Watch
 from controllers.eps_core import EpsCore
 from controllers.eventhub import EventHub
-from controllers.intents import Batch, Intent, Reset, merge
+from controllers import statefile
+from controllers.intents import Batch, Intent, Reset, Resync, merge
 from controllers.ocs_core import TECHNOLOGIES, OcsCore
+from controllers.pause import pause_at
 from controllers.pins import PinTable
 from controllers.reconfig import reconfigure
 from topologies.fabric import EPS, HOST, Fabric, FabricError
@@ -53,6 +55,9 @@ LOG = logging.getLogger("fabric.service")
 LEAD_HISTORY = 5
 OPS = ("status", "state", "reconfigure", "preset", "link", "pin", "unpin", "counters",
        "paths", "technologies", "watch", "schedule")
+# The ops that change what the switches hold: saved to the state file after
+# each (`controllers.statefile`), and answered once per request id.
+CHANGING_OPS = ("reconfigure", "preset", "link", "pin", "unpin")
 
 
 class Applier(Protocol):
@@ -66,7 +71,8 @@ class Applier(Protocol):
 
 
 class FabricService:
-    def __init__(self, fabric: Fabric, applier: Applier, tdf: float = 1.0):
+    def __init__(self, fabric: Fabric, applier: Applier, tdf: float = 1.0,
+                 state_path: Optional[str] = None):
         self.fabric = fabric
         self.applier = applier
         self.tdf = tdf
@@ -84,15 +90,72 @@ class FabricService:
         self._reconfig_lock = threading.Lock()
         self.events = EventHub()
         self.schedule: Optional[dict] = None      # the cyclic schedule running, if any
+        # Where the decisions are kept for a controller started after this one
+        # dies (None: nowhere), and the replies of requests that carried an id.
+        self.state_path = state_path
+        self.saved = statefile.ControllerState()
+        self.resuming = False
+        # Held while a request with an id runs and while the file is written:
+        # the file never holds a reply list changing under json.dump.
+        self._requests_lock = threading.RLock()
+
+    # ------------------------------------------------------------ crash and resume
+    def restore(self, saved: "statefile.ControllerState") -> None:
+        """Take over a dead controller's decisions (its state file): the
+        circuits, technologies, links failed by hand and pins.  The switches
+        that connect from now on are resynchronised (`resync`), not reset."""
+        for ocs, circuits in saved.circuits.items():
+            self.fabric.set_circuits(self._ocs(ocs).name, circuits)
+        for ocs, technology in saved.technology.items():
+            self._ocs(ocs).set_technology(technology["name"], technology.get("delay_ms"))
+        for u, v in saved.manual_down:
+            link = frozenset((u, v))
+            self.manual_down.add(link)
+            self.eps.down_links.add(link)
+        self._rerouted_down = sorted(sorted(link) for link in self.eps.down_links)
+        self.eps.table = self.eps.routes_for()      # over the circuits taken over
+        for pin_id, path in saved.pins.items():
+            self.pins.pin(pin_id, path, down_links=self.eps.down_links)
+        self.saved = saved
+        self.resuming = True
+
+    def _save(self) -> None:
+        """Keep the decisions for a successor (atomically: whole or not at all)."""
+        if self.state_path is None:
+            return
+        with self._requests_lock:
+            self._save_locked()
+
+    def _save_locked(self) -> None:
+        self.saved.circuits = {o: sorted(sorted(c) for c in cs)
+                               for o, cs in self.fabric.circuits.items()}
+        self.saved.technology = {o: {"name": core.technology,
+                                     "delay_ms": self.fabric.graph.nodes[o].get("delay_ms")}
+                                 for o, core in self.ocs.items()}
+        self.saved.manual_down = sorted(sorted(link) for link in self.manual_down)
+        self.saved.pins = self.pins.state()
+        statefile.save(self.state_path, self.saved)
 
     # ------------------------------------------------------------ switches
     def start(self, switch: str) -> List[Intent]:
         """What a switch that (re)connects must hold now: a Reset, then its routes
-        and pins (packet switch) or its circuits (OCS)."""
+        and pins (packet switch) or its circuits (OCS).  A controller that took
+        over a dead one's state (`restore`) resynchronises instead: a Resync,
+        then the same, so that what is right keeps forwarding."""
+        if self.resuming:
+            return self.resync(switch)
         if self.fabric.kind(switch) == EPS:
             return [Reset(switch)] + self.eps.switch_start(switch) + \
                 self.pins.switch_start(switch)
         return [Reset(switch)] + self.ocs[switch].switch_start()
+
+    def resync(self, switch: str) -> List[Intent]:
+        if self.fabric.kind(switch) == EPS:
+            return [Resync(switch)] + self.eps.switch_start(switch) + \
+                self.pins.switch_start(switch)
+        lit = {port for circuit in self.fabric.circuits[switch] for port in circuit}
+        dark = tuple(sorted(set(self.fabric.ports_of(switch)) - lit))
+        return [Resync(switch, dark)] + self.ocs[switch].switch_start()
 
     def apply(self, batch: Batch) -> Optional[Tuple[float, float]]:
         return self.applier.apply(batch)
@@ -105,7 +168,8 @@ class FabricService:
         return {"ready": ready >= switches and not status["errors"],
                 "connected": sorted(status["connected"]), "ready_switches": sorted(ready),
                 "missing": sorted(switches - ready), "errors": list(status["errors"]),
-                **{key: status[key] for key in ("panel", "panel_note") if key in status}}
+                **{key: status[key] for key in ("panel", "panel_note", "refused", "takeovers")
+                   if key in status}}
 
     def state(self) -> dict:
         return {"circuits": {o: sorted(list(c) for c in cs)
@@ -161,6 +225,8 @@ class FabricService:
                                      "technology": core.technology,
                                      "t": time.time() if t is None else t,
                                      **{k: v for k, v in fields.items() if k != "t"}})
+                if step == "dark":
+                    pause_at("ocs-dark")     # tests kill the controller here
 
             timed = None
             if hasattr(self.applier, "timed_circuits") and self.applier.kernel_timed(ocs):
@@ -352,6 +418,28 @@ class FabricService:
         return self._change_links(flips)
 
     def handle(self, request: dict) -> Union[dict, Watch]:
+        """Answer one control request.  A changing op that carries a
+        ``request_id`` is carried out once: asked again with the same id (a
+        runner retrying after a controller crash), it gets the first reply,
+        from the state file if a predecessor carried it out."""
+        request_id = request.get("request_id")
+        if request_id is None or request.get("op") not in CHANGING_OPS:
+            reply = self._handle(request)
+            if request.get("op") in CHANGING_OPS:
+                self._save()
+            return reply
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id: a non-empty string, got {request_id!r}")
+        with self._requests_lock:
+            done = self.saved.requests.get(request_id)
+            if done is not None:
+                return dict(done, replayed=True)
+            reply = self._handle({k: v for k, v in request.items() if k != "request_id"})
+            self.saved.remember(request_id, reply)
+            self._save()
+            return reply
+
+    def _handle(self, request: dict) -> Union[dict, Watch]:
         op = request.get("op")
         args = {k: v for k, v in request.items() if k != "op"}
         if op == "status":
@@ -379,3 +467,16 @@ class FabricService:
         if op == "schedule":
             return self.do_schedule(**args)
         raise ValueError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
+
+
+def take_over(service: FabricService, state_path: str) -> None:
+    """Start ``service`` where a dead controller left the fabric: its state
+    file's decisions if it saved any (else the fabric's start, which the
+    switches hold), every switch resynchronised rather than reset."""
+    saved = statefile.load(state_path)
+    if saved is not None:
+        service.restore(saved)
+        LOG.info("took over %s: %d OCS, %d pin(s), %d link(s) down by hand, "
+                 "%d request(s) answered", state_path, len(saved.circuits), len(saved.pins),
+                 len(saved.manual_down), len(saved.requests))
+    service.resuming = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,6 +52,10 @@ def write_flows(run_dir: Path, flows, t0: float) -> Path:
 
 
 def write_result(run_dir: Path, result: dict) -> Path:
+    """result.json, written whole or not at all: a reader (the report, the web
+    view, a killed run's successor) never meets half a file."""
     path = run_dir / "result.json"
-    path.write_text(json.dumps(result, indent=1, sort_keys=False, default=str) + "\n")
+    temporary = path.with_name(".result.json.tmp")
+    temporary.write_text(json.dumps(result, indent=1, sort_keys=False, default=str) + "\n")
+    os.replace(temporary, path)
     return path

@@ -253,8 +253,15 @@ def execute(scenario, out: Path, web: WebSetting = WebSetting()) -> int:
         traceback.print_exc()
         result["status"], code = f"failed: {type(exc).__name__}: {exc}", EXIT_FAILED
     result["duration_s"] = time.time() - started
-    _write(run_dir, result, outcome)
-    _summary(run_dir, result)
+    try:
+        with interrupts.deferred():
+            _write(run_dir, result, outcome)
+            _summary(run_dir, result)
+    except KeyboardInterrupt:
+        # A signal held while the results were written: they are whole.
+        if code == 0:
+            result["status"], code = "interrupted", EXIT_INTERRUPTED
+            results.write_result(run_dir, result)
     return code
 
 

@@ -15,6 +15,11 @@ Reset (router)                  delete our routes and pin rules; static neighbou
                                 gateway `GATEWAY` -> `ROUTER_MAC` behind the others
 Reset (OCS)                     remove every port's ingress qdisc (and its filter),
                                 add an empty one: every port dark
+Resync (router)                 our routes stay (each Route after it replaces one
+                                in place); pin rules go; static neighbours again
+Resync (OCS)                    as Reset: a new controller cannot take over its
+                                predecessor's filters or BPF maps in place, so its
+                                circuits go dark for the reinstall (milliseconds)
 Route                           ``dst/32``, one ``nexthop via GATEWAY dev port
                                 onlink`` per ECMP port (a host port: ``dev port``);
                                 no port: a blackhole route
@@ -54,7 +59,8 @@ import time
 from typing import Dict, List, Optional, Set, Tuple
 
 from controllers.bpf import entry as circuits_in_kernel
-from controllers.intents import Batch, Intent, Lightpath, PinHop, Reset, Route, UnpinHop
+from controllers.intents import (Batch, Intent, Lightpath, PinHop, Reset, Resync, Route,
+                                UnpinHop)
 from controllers.netlink.routes import NextHop, RouteSpec
 from topologies.fabric import HOST, OCS, Fabric
 from topologies.naming import ROUTER_MAC, interface
@@ -235,11 +241,11 @@ class NetlinkApplier:
     def _apply_one(self, switch: str, intent: Intent, down: Set[int],
                    written: List[Tuple[float, float]]) -> None:
         sock = self.sockets[switch]
-        if isinstance(intent, Reset):
+        if isinstance(intent, (Reset, Resync)):
             if self.fabric.kind(switch) == OCS:
                 self._reset_patch_panel(switch, sock)
             else:
-                self._reset_router(switch, sock)
+                self._reset_router(switch, sock, keep_routes=isinstance(intent, Resync))
         elif isinstance(intent, Route):
             self._replace_route(switch, sock, intent.dst_ip, intent.ports, down)
         elif isinstance(intent, Lightpath):
@@ -352,8 +358,10 @@ class NetlinkApplier:
         return {"table": table, "priority": table, "src": src_ip, "src_len": 32,
                 "dst": dst_ip, "dst_len": 32}
 
-    def _reset_router(self, switch: str, sock) -> None:
-        for route in sock.get_routes(table=MAIN_TABLE):
+    def _reset_router(self, switch: str, sock, keep_routes: bool = False) -> None:
+        # A resync keeps the routes: every destination has one (a blackhole
+        # when unreachable), and the Routes after it replace each in place.
+        for route in [] if keep_routes else sock.get_routes(table=MAIN_TABLE):
             if route["proto"] == PROTO_FABRIC:
                 sock.route("del", dst=f"{route.get_attr('RTA_DST')}/{route['dst_len']}",
                            table=MAIN_TABLE, type=route["type"])

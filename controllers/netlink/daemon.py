@@ -32,7 +32,7 @@ from controllers.netlink.linkstats import LinkStats
 from controllers.netlink.lookup import RouteLookup
 from controllers.netlink.patch import PatchSocket
 from controllers.netlink.routes import RouteWriter
-from controllers.service import FabricService
+from controllers.service import FabricService, take_over
 from topologies.fabric import Fabric
 
 LOG = logging.getLogger("fabric.netlink.daemon")
@@ -45,13 +45,13 @@ class KernelPlane:
 
     def __init__(self, fabric: Fabric, tdf: float = 1.0, route_socket=None, event_socket=None,
                  patch_socket=None, lookup_socket=None, writer_socket=None,
-                 stats_socket=None, panel: str = "auto"):
+                 stats_socket=None, panel: str = "auto", state_path=None):
         if panel not in PANELS:
             raise ValueError(f"panel {panel!r}: allowed {', '.join(PANELS)}")
         self.panel = panel
         self.fabric = fabric
         self.applier = NetlinkApplier(fabric)
-        self.service = FabricService(fabric, self.applier, tdf=tdf)
+        self.service = FabricService(fabric, self.applier, tdf=tdf, state_path=state_path)
         self.route_socket = route_socket or namespaces.route_socket
         self.event_socket = event_socket or namespaces.link_event_socket
         self.patch_socket = patch_socket or self._patch_panel
@@ -161,12 +161,16 @@ class KernelPlane:
 
 
 def serve(fabric_path: str, socket_path: str, tdf: float, stop: threading.Event,
-          panel: str = "auto") -> None:
+          panel: str = "auto", state_path=None, resume: bool = False) -> None:
     """Run the kernel data plane's controller until ``stop`` is set, or until the
     runner that started it is gone (a killed run: its network goes with it)."""
     with open(fabric_path) as stream:
         fabric = Fabric.from_json(stream.read())
-    plane = KernelPlane(fabric, tdf=tdf, panel=panel)
+    plane = KernelPlane(fabric, tdf=tdf, panel=panel, state_path=state_path)
+    if resume:
+        # The runner attaches the namespaces again; each switch is then
+        # resynchronised from the predecessor's state.
+        take_over(plane.service, state_path)
     server = ControlServer(socket_path, plane.handle)
     server.start()
     LOG.info("fabric %s: %d routers, %d patch panels; control channel %s", fabric.name,

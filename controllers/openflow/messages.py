@@ -9,7 +9,11 @@ intent                          OpenFlow 1.3
 ==============================  ================================================
 Reset (packet switch)           delete every flow and group; table miss drops
 Reset (OCS)                     delete every flow; table miss drops
+Resync (packet switch)          table miss drops; every pin flow deleted (pins come
+                                back after it, their pairs meanwhile routed)
+Resync (OCS)                    table miss drops; strict deletes on the dark ports
 Route after a Reset             group ADD (the ECMP ports) + flow ipv4_dst -> group
+Route after a Resync            group ADD_OR_MOD + flow ADD: both replace in place
 Route otherwise                 group MODIFY: one atomic message per reroute
 Lightpath lit / dark            in_port=a -> output:b and b -> a / strict deletes
 PinHop / UnpinHop               ipv4_src+ipv4_dst -> output at PRIORITY_PIN, cookie
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, List, Sequence
 
-from controllers.intents import Intent, Lightpath, PinHop, Reset, Route, UnpinHop
+from controllers.intents import Intent, Lightpath, PinHop, Reset, Resync, Route, UnpinHop
 from controllers.openflow.compat import ofp, parser
 
 ETH_TYPE_IPV4 = 0x0800
@@ -37,6 +41,11 @@ COOKIE_OCS = 0x0C5
 COOKIE_PIN = 0x91 << 56     # pin cookies: this tag in the top byte, the pin's serial below
 COOKIE_PIN_MASK = 0xFF << 56
 COOKIE_EXACT = 2 ** 64 - 1
+# Open vSwitch's extension of OpenFlow 1.1-1.4 (``ovs-ofctl mod-group
+# --may-create``): create the group, or replace its buckets if it exists.  A
+# resync cannot know which groups a switch lost, and ADD on an existing group
+# is an error while MODIFY on a missing one is too.
+OFPGC_ADD_OR_MOD = 0x8000
 
 
 def flow_add(match, actions, priority: int, cookie: int, table_id: int = 0):
@@ -68,7 +77,15 @@ def drop_on_miss():
     return flow_add(parser.OFPMatch(), [], PRIORITY_MISS, COOKIE_EPS)
 
 
-def route_group(group_id: int, ports: Iterable[int], modify: bool = False):
+def delete_pin_flows():
+    """Every pin flow of the switch, whatever its serial (cookie tag masked)."""
+    return parser.OFPFlowMod(None, cookie=COOKIE_PIN, cookie_mask=COOKIE_PIN_MASK,
+                             table_id=0, command=ofp.OFPFC_DELETE, match=parser.OFPMatch(),
+                             out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+
+
+def route_group(group_id: int, ports: Iterable[int], modify: bool = False,
+                command: int = None):
     """The group a destination's flow points at: its ECMP output ports.
 
     Two or more ports make a select group (one bucket per port).  One port
@@ -79,7 +96,8 @@ def route_group(group_id: int, ports: Iterable[int], modify: bool = False):
     may change the type, so a reroute stays one atomic message.
     """
     ports = sorted(ports)
-    command = ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD
+    if command is None:
+        command = ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD
     if len(ports) == 1:
         bucket = parser.OFPBucket(weight=0, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
                                   actions=[parser.OFPActionOutput(ports[0])])
@@ -155,14 +173,24 @@ def to_messages(intents: Sequence[Intent], group_of: Callable[[str], int],
     """
     msgs: List = []
     installing = False
+    group_command = ofp.OFPGC_MODIFY
     for intent in intents:
         if isinstance(intent, Reset):
             msgs += [delete_all_flows()] + ([] if is_ocs else [delete_all_groups()])
             msgs.append(drop_on_miss())
-            installing = True
+            installing, group_command = True, ofp.OFPGC_ADD
+        elif isinstance(intent, Resync):
+            # ADD of a flow that exists with the same match and priority
+            # replaces its actions in place: no packet meets a missing entry.
+            msgs.append(drop_on_miss())
+            if is_ocs:
+                msgs += [circuit_half_delete(port) for port in intent.dark_ports]
+            else:
+                msgs.append(delete_pin_flows())
+            installing, group_command = True, OFPGC_ADD_OR_MOD
         elif isinstance(intent, Route):
             group = group_of(intent.dst)
-            msgs.append(route_group(group, intent.ports, modify=not installing))
+            msgs.append(route_group(group, intent.ports, command=group_command))
             if installing:
                 msgs.append(route_to_group(intent.dst_ip, group))
         elif isinstance(intent, Lightpath):

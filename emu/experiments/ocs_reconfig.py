@@ -33,6 +33,7 @@ import time
 import numpy
 
 from controllers.ocs_core import TECHNOLOGIES, delay_ms_for
+from controllers.pause import pause_at
 from emu.experiments.base import Context, Experiment, Network, Outcome, build_fabric
 from emu.schema import Field
 from topologies import hybrid
@@ -120,6 +121,7 @@ def run(ctx: Context) -> Outcome:
                                   name="tcp"))
         outcome.t0 = time.time()
         progress = ctx.progress("reconfigurations")
+        pause_at("traffic")         # tests interrupt a run here
         time.sleep(s["settle_s"])  # steady state is the condition: nothing to poll for
         current = 0
         for index, preset in enumerate(presets):

@@ -14,8 +14,10 @@ signal again a moment later instead of raising where it would be lost.
 from __future__ import annotations
 
 import os
+import signal
 import threading
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator, List
 
 # Functions whose exceptions Python discards, by name: logging's fork hooks
 # and destructors.
@@ -48,3 +50,29 @@ def raising(make: Callable[[int], BaseException],
             return
         raise make(signum)
     return handler
+
+
+@contextmanager
+def deferred(signals=(signal.SIGINT, signal.SIGTERM)) -> Iterator[List[int]]:
+    """Signals that arrive inside the block wait for its end.
+
+    Cleanup and the writing of results must run to their end: a Ctrl-C in
+    the middle of a teardown would leave half of it undone, and one in the
+    middle of ``result.json`` half a file.  The first signal held is
+    delivered again when the block ends, to the handler that was in place,
+    so the run still ends as interrupted.  Only the main thread may set
+    handlers; elsewhere the block runs unguarded.
+    """
+    held: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {signum: signal.signal(signum, lambda s, _frame: held.append(s))
+                for signum in signals}
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            os.kill(os.getpid(), held[0])

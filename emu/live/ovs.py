@@ -90,11 +90,19 @@ def ensure_ovs(timeout_s: float = 30.0) -> OvsInfo:
     return OvsInfo(datapath=datapath, version=version, vswitchd_pid=vswitchd_pid())
 
 
+# How long a bridge waits at most between attempts to reach a controller that
+# went away (Open vSwitch's default is 8 s): a controller restarted after a
+# crash is back in a second or two, and every bridge should find it then.
+RECONNECT_MAX_BACKOFF_MS = 1000
+
+
 def set_controller(bridges, target: str) -> None:
     """Point every bridge at the controller in one ovs-vsctl transaction."""
     args = ["ovs-vsctl", "--timeout=30"]
-    for bridge in bridges:
-        args += ["--", "set-controller", bridge, target]
+    for number, bridge in enumerate(bridges):
+        args += ["--", f"--id=@c{number}", "create", "Controller", f"target=\"{target}\"",
+                 f"max_backoff={RECONNECT_MAX_BACKOFF_MS}",
+                 "--", "set", "Bridge", bridge, f"controller=@c{number}"]
     _run(args)
 
 

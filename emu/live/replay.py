@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
+from controllers.pause import pause_at
 from emu.live import state
 from emu.live.agents import AgentPool, HostAgent
 from traffic.ports import PortBook
@@ -433,6 +434,7 @@ class Replayer:
         try:
             self.t0 = time.time()
             pending_events = list(self.events)
+            pause_at("replay-started")      # tests kill the controller here
 
             while len(done) < len(flows):
                 self.bed.check_controller()

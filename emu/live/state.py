@@ -171,7 +171,7 @@ def clean(log=print) -> List[str]:
             os.unlink(path)
     for name in os.listdir(RUN_DIR) if os.path.isdir(RUN_DIR) else []:
         # .ctl: another server's ovs-vswitchd socket, forwarded (cluster mode).
-        if name.endswith((".sock", ".json", ".ctl")):
+        if name.endswith((".sock", ".json", ".ctl", ".tmp")):
             os.unlink(os.path.join(RUN_DIR, name))
     for item in removed:
         log(f"cleaned: {item}")

@@ -31,11 +31,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
-from controllers.control import ControlClient, ControlError
+from controllers.control import ChannelError, ControlClient, ControlError
+from controllers.pause import pause_at
 from emu.live import dataplane as planes
 from emu.live import drops, hostroutes, interrupts, ovs, shaping, state
 from emu.live.cluster import Cluster, ClusterError
 from emu.live.feed import RunFeed
+from emu.live.keeper import ControllerKeeper
 from emu.live.linkstate import LinkStateError, LinkSwitch
 from emu.live.loadlog import LOAD_FILE, LoadSampler
 from emu.live.watch import ControllerWatch
@@ -109,10 +111,24 @@ def machine_to_fabric(name: str) -> str:
     return name[len(SWITCH_PREFIX):] if name.startswith(SWITCH_PREFIX) else name
 
 
-def _counters(channel: ControlClient) -> Dict[str, Dict[int, dict]]:
-    reply = channel.call("counters")
+def _counters(channel: ControlClient, keeper=None) -> Dict[str, Dict[int, dict]]:
+    reply = call_through_restarts(channel, keeper, "counters")
     return {switch: {int(port): values for port, values in ports.items()}
             for switch, ports in reply["switches"].items()}
+
+
+def call_through_restarts(channel: ControlClient, keeper, op: str, timeout=None, **args) -> dict:
+    """A control request that survives a controller crash: if the channel
+    fails because the controller died, wait for its successor
+    (`emu.live.keeper`) and ask again.  A changing request carries a
+    ``request_id``, so the successor carries it out once at most."""
+    try:
+        return channel.call(op, timeout=timeout, **args)
+    except ChannelError:
+        if keeper is None or not keeper.wait_after_failure(
+                CONTROLLER_START_TIMEOUT_S + SWITCHES_READY_TIMEOUT_S):
+            raise
+    return channel.call(op, timeout=timeout, **args)
 
 
 def free_loopback_port() -> int:
@@ -190,6 +206,9 @@ class Testbed:
         self.net = None
         self.control: Optional[ControlClient] = None
         self.controller: Optional[subprocess.Popen] = None
+        self.keeper: Optional[ControllerKeeper] = None     # once the network is up
+        self._watch: Optional[ControllerWatch] = None
+        self._request_serial = 0
         self.dataplane: Optional[planes.DataPlane] = None
         self.warnings = []
         # Interfaces of links taken down on purpose: what they drop is the
@@ -229,6 +248,7 @@ class Testbed:
             choice = planes.cluster_choice(self.asked_dataplane) if self.cluster \
                 else planes.choose(self.asked_dataplane)
             planes.check_congestion(self.congestion)
+            pause_at("ovs-start")
             info = ovs.ensure_ovs() if choice.dataplane == planes.OVS else None
             self.dataplane = planes.DataPlane(choice, netem=ovs.netem_available(), ovs=info)
             self.log(f"{choice.describe()}: {self.dataplane.describe()}"
@@ -245,7 +265,11 @@ class Testbed:
 
     def __exit__(self, *exc) -> None:
         try:
-            self._stack.close()
+            # A second Ctrl-C must not cut the teardown short: it is held,
+            # and delivered once everything is removed.
+            with interrupts.deferred():
+                pause_at("teardown")
+                self._stack.close()
         finally:
             if self._old_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
@@ -264,11 +288,12 @@ class Testbed:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log_file = open(self.run_dir / "controller.log", "w")
         self._stack.callback(log_file.close)
-        repo_root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONPATH=repo_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self._controller_log_file = log_file
         args = [sys.executable, "-m", "controllers.launcher", "--fabric", fabric_path,
                 "--socket", self.socket_path, "--tdf", repr(self.scale.tdf),
-                "--dataplane", self.dataplane.kind, "--panel", self.panel]
+                "--dataplane", self.dataplane.kind, "--panel", self.panel,
+                # Its decisions, for a successor should it die (`emu.live.keeper`).
+                "--state", os.path.join(state.RUN_DIR, "controller-state.json")]
         if self.dataplane.kind == planes.OVS:
             self.ofp_port = free_loopback_port()
             args += ["--ofp-port", str(self.ofp_port), "--dataplane-sync"]
@@ -281,20 +306,59 @@ class Testbed:
                     raise TestbedError(str(exc)) from None
                 for path in self.cluster.sync_sockets:
                     args += ["--dataplane-sync-socket", path]
-        self.controller = subprocess.Popen(
-            args,
-            stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=repo_root,
-            start_new_session=True)
-        state.record_pid(self.controller.pid, "controller")
+        self._controller_args = args
+        self.controller = self._spawn_controller(args)
         self._stack.callback(self._stop_controller)
-        wait_until(lambda: self.controller.poll() is not None or os.path.exists(self.socket_path),
-                   CONTROLLER_START_TIMEOUT_S, "the controller's control socket")
         self.check_controller()
         self.control = ControlClient(self.socket_path)
         self._stack.callback(self.control.close)
         self.log(f"controller pid {self.controller.pid}" + (
             f", OpenFlow 127.0.0.1:{self.ofp_port}" if self.dataplane.kind == planes.OVS
             else ", netlink"))
+
+    def _spawn_controller(self, args) -> subprocess.Popen:
+        """Start a controller process and wait for its control socket."""
+        repo_root = str(Path(__file__).resolve().parent.parent.parent)
+        env = dict(os.environ, PYTHONPATH=repo_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        process = subprocess.Popen(
+            args, stdout=self._controller_log_file, stderr=subprocess.STDOUT, env=env,
+            cwd=repo_root, start_new_session=True)
+        state.record_pid(process.pid, "controller")
+        wait_until(lambda: process.poll() is not None or os.path.exists(self.socket_path),
+                   CONTROLLER_START_TIMEOUT_S, "the controller's control socket")
+        return process
+
+    def _restart_controller(self) -> Tuple[subprocess.Popen, float]:
+        """A successor for a controller that died (`emu.live.keeper`): it takes
+        over the state file and resynchronises every switch; returns it, and
+        when it answered, once every switch is confirmed again."""
+        try:
+            os.unlink(self.socket_path)     # the dead one's: not a sign of life
+        except FileNotFoundError:
+            pass
+        self._controller_log_file.write("\n--- the controller died; a successor resumes ---\n")
+        self._controller_log_file.flush()
+        process = self._spawn_controller(self._controller_args + ["--resume"])
+        if process.poll() is not None:
+            raise TestbedError(f"the successor exited with code {process.returncode}")
+        answered = time.time()
+        channel = ControlClient(self.socket_path)
+        try:
+            if self.dataplane.kind == planes.LINUX:
+                # Kernel routers have no connection to come back on: hand the
+                # namespaces over again, and the successor resyncs each.
+                pids = {machine_to_fabric(s.name): s.pid for s in self.net.switches}
+                channel.call("attach", namespaces=pids, timeout=SWITCHES_READY_TIMEOUT_S)
+            wait_until(lambda: process.poll() is not None or channel.call("status")["ready"],
+                       SWITCHES_READY_TIMEOUT_S, "every switch to be resynchronised",
+                       interval_s=0.05)
+        finally:
+            channel.close()
+        if process.poll() is not None:
+            raise TestbedError(f"the successor exited with code {process.returncode}")
+        self.controller = process
+        self._watch_controller()
+        return process, answered
 
     def _start_watching(self) -> None:
         """Tell the run's feed about this testbed, and keep telling it: the
@@ -303,22 +367,42 @@ class Testbed:
         self.feed.emit("testbed", fabric=self.fabric.to_dict(), scale=self.scale.to_dict(),
                        dataplane=self.dataplane.kind, description=self.description)
         self._stack.callback(self.feed.emit, "testbed-closed")
-        watch = ControllerWatch(self.socket_path,
-                                lambda event: self.feed.emit(event.pop("kind"), **event))
-        self._stack.callback(watch.stop)
-        watch.start()
+        self._stack.callback(lambda: self._watch is not None and self._watch.stop())
+        self._watch_controller()
         # Its own connection: a counters request must never queue behind a
         # reconfiguration, or a timed one behind it.
         counters_channel = ControlClient(self.socket_path)
         self._stack.callback(counters_channel.close)
-        sampler = LoadSampler(lambda: _counters(counters_channel), self.fabric,
+        sampler = LoadSampler(lambda: _counters(counters_channel, self.keeper), self.fabric,
                               self.run_dir / LOAD_FILE,
                               on_sample=lambda sample: self.feed.emit("load", **sample))
         self._stack.callback(sampler.stop)
         sampler.start()
+        # Last on the stack, so first off: once the run ends, a controller
+        # that exits is meant to.
+        self.keeper = ControllerKeeper(self.controller, self._restart_controller,
+                                       log=self.log).start()
+        self._stack.callback(self.keeper.stop)
+
+    def _watch_controller(self) -> None:
+        """Stream the controller's events into the run's feed (again, after a
+        successor took over: the dead one's stream ended with it)."""
+        if self._watch is not None:
+            self._watch.stop()
+        self._watch = ControllerWatch(self.socket_path,
+                                      lambda event: self.feed.emit(event.pop("kind"), **event))
+        self._watch.start()
 
     def check_controller(self) -> None:
-        """Raise if the controller process died (its handlers exit on error)."""
+        """Raise if the controller process died (its handlers exit on error)
+        and no successor took over (`emu.live.keeper`); wait while one is
+        being started."""
+        if self.keeper is not None:
+            self.keeper.wait_settled(CONTROLLER_START_TIMEOUT_S + SWITCHES_READY_TIMEOUT_S)
+            if self.keeper.failed:
+                raise TestbedError(f"{self.keeper.failed}; see "
+                                   f"{self.run_dir / 'controller.log'}:\n" +
+                                   self.controller_log(20))
         if self.controller is not None and self.controller.poll() is not None:
             raise TestbedError(f"the controller exited with code {self.controller.returncode}; "
                                f"see {self.run_dir / 'controller.log'}:\n" + self.controller_log(20))
@@ -379,6 +463,7 @@ class Testbed:
         self._stack.callback(self._stop_controller)
         self.net.build()
         self._record_nodes()
+        pause_at("network-build")
         self.net.start()
         if kind == planes.OVS:
             self._set_controllers()
@@ -569,6 +654,7 @@ class Testbed:
         batch per host (Mininet's staticArp takes a command per pair, 16,000 of
         them on a k=8 fat-tree).
         """
+        pause_at("static-arp")
         linux = self.dataplane.kind == planes.LINUX
         entries = [(h.IP(), ROUTER_MAC if linux else h.MAC()) for h in self.net.hosts]
         for host in hosts or self.net.hosts:
@@ -736,8 +822,9 @@ class Testbed:
         Returns the controller's reply (the plan and each step's timestamp)."""
         self.check_controller()
         circuits = [list(c) for c in circuits]
-        result = self.control.call("reconfigure", ocs=ocs, circuits=circuits, timeout=timeout_s,
-                                   **args)
+        self._request_serial += 1
+        result = self.call("reconfigure", ocs=ocs, circuits=circuits, timeout=timeout_s,
+                           request_id=f"reconfigure-{os.getpid()}-{self._request_serial}", **args)
         self.fabric.set_circuits(ocs, circuits)
         if hostroutes.needs_host_routes(self.fabric):
             self.refresh_host_routes()
@@ -770,6 +857,8 @@ class Testbed:
                 # without the setting; OVS hashes with a fixed one).
                 "multipath_hash_seed": self.multipath_hash_seed,
                 "servers": [s.name for s in self.cluster.servers] if self.cluster else None,
+                # Each time the controller died and a successor took over.
+                "controller_outages": list(self.keeper.outages) if self.keeper else [],
                 "versions": versions(plane.ovs.version if plane.ovs else "")}
 
     def dump_tables(self, directory: Path) -> None:
@@ -815,7 +904,7 @@ class Testbed:
         if not known:
             return paths, ports
         self.check_controller()
-        reply = self.control.call("paths", flows=[[flows[i].src, flows[i].dst, flows[i].sport,
+        reply = self.call("paths", flows=[[flows[i].src, flows[i].dst, flows[i].sport,
                                                    flows[i].dport] for i in known])
         told_ports = reply.get("ports") or [None] * len(known)
         for i, path, out_ports in zip(known, reply["paths"], told_ports):
@@ -826,7 +915,13 @@ class Testbed:
         """Every switch's port counters, from the controller (OpenFlow port stats,
         or the kernel's link statistics): ``{switch: {port: {"tx_bytes": ..., ...}}}``."""
         self.check_controller()
-        return _counters(self.control)
+        return _counters(self.control, self.keeper)
+
+    def call(self, op: str, timeout: Optional[float] = None, **args) -> dict:
+        """A control request on the runner's channel, through a controller crash
+        (`call_through_restarts`)."""
+        self.check_controller()
+        return call_through_restarts(self.control, self.keeper, op, timeout=timeout, **args)
 
     # ------------------------------------------------------------ helpers
     def host(self, name: str):
@@ -862,7 +957,7 @@ class Testbed:
     def status(self) -> dict:
         self.check_controller()
         try:
-            return self.control.call("status")
+            return self.call("status")
         except ControlError as exc:
             self.check_controller()
             raise TestbedError(str(exc)) from None

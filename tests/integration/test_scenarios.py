@@ -157,15 +157,7 @@ def _start_run(tmp_path, *extra):
     return proc, lines
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_leaves_nothing(tmp_path, sig, dataplane):
-    proc, lines = _start_run(tmp_path, "--set", f"dataplane={dataplane}")
-    proc.send_signal(sig)
-    code = proc.wait(timeout=120)
-    assert code == 130, f"exit code {code}:\n{''.join(lines)}"
-    assert_no_leftovers()
-    result = json.loads((only_run(tmp_path) / "result.json").read_text())
-    assert result["status"] == "interrupted"
+# SIGINT and SIGTERM at every stage of a run: tests/integration/test_interrupts_anywhere.py.
 
 
 def test_killed_run_is_cleaned_by_the_next_one(tmp_path, dataplane):
