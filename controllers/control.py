@@ -227,6 +227,12 @@ class ControlClient:
             raise ControlError(f"controller refused {op!r}: {reply.get('error')}")
         return reply
 
+    def drop_connection(self) -> None:
+        """Close the connection between requests; the next one connects anew
+        (to a controller that took over from the one this one reached)."""
+        with self._lock:
+            self.close()
+
     def close(self) -> None:
         if self._sock is not None:
             try:

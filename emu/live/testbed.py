@@ -208,6 +208,7 @@ class Testbed:
         self.controller: Optional[subprocess.Popen] = None
         self.keeper: Optional[ControllerKeeper] = None     # once the network is up
         self._watch: Optional[ControllerWatch] = None
+        self._counters_channel: Optional[ControlClient] = None
         self._request_serial = 0
         self.dataplane: Optional[planes.DataPlane] = None
         self.warnings = []
@@ -357,6 +358,11 @@ class Testbed:
         if process.poll() is not None:
             raise TestbedError(f"the successor exited with code {process.returncode}")
         self.controller = process
+        # Connections made to the dead one would fail once more on their
+        # next request: they connect to the successor instead.
+        for client in (self.control, self._counters_channel):
+            if client is not None:
+                client.drop_connection()
         self._watch_controller()
         return process, answered
 
@@ -371,7 +377,7 @@ class Testbed:
         self._watch_controller()
         # Its own connection: a counters request must never queue behind a
         # reconfiguration, or a timed one behind it.
-        counters_channel = ControlClient(self.socket_path)
+        counters_channel = self._counters_channel = ControlClient(self.socket_path)
         self._stack.callback(counters_channel.close)
         sampler = LoadSampler(lambda: _counters(counters_channel, self.keeper), self.fabric,
                               self.run_dir / LOAD_FILE,

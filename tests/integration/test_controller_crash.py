@@ -76,6 +76,7 @@ def test_controller_killed_during_an_allreduce(tmp_path, dataplane, pauses):
         assert not runner.is_alive(), "the all-reduce never finished"
         assert [f.status for f in results] == ["ok"] * len(results), results
         outages = bed.describe()["controller_outages"]
+        print("outages", dataplane, outages)
         assert len(outages) == 1 and outages[0]["pid"] == killed, outages
         assert outages[0]["exit_code"] == -signal.SIGKILL
         assert bed.controller.pid != killed
@@ -109,6 +110,7 @@ def test_controller_killed_inside_a_dark_window(tmp_path, dataplane, pauses):
         assert not runner.is_alive(), "the all-reduce never finished"
         assert [f.status for f in flows] == ["ok"] * len(flows), flows
         outages = bed.describe()["controller_outages"]
+        print("outages", dataplane, outages, replies[0].get("replayed"))
         assert [o["pid"] for o in outages] == [killed], outages
         # Circuits end as requested, on the controller and in the data plane.
         assert bed.call("state")["circuits"]["o1"] == [list(c) for c in reverse]
