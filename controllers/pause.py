@@ -34,14 +34,17 @@ def pause_at(point: str) -> None:
     directory = os.environ.get(PAUSE_DIR)
     if not names or not directory or point not in names.split(","):
         return
-    reached = Path(directory) / f"{point}.reached"
+    claim = Path(directory) / f"{point}.claimed"
     try:
         # O_EXCL: of two processes reaching the point, one pauses.
-        fd = os.open(reached, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
         return
-    with os.fdopen(fd, "w") as stream:
-        stream.write(str(os.getpid()))
+    # Renamed into place whole: a test that sees the file can read the pid.
+    reached = Path(directory) / f"{point}.reached"
+    partial = Path(directory) / f".{point}.reached.tmp"
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, reached)
     go = Path(directory) / f"{point}.go"
     deadline = time.monotonic() + PAUSE_TIMEOUT_S
     while not go.exists() and time.monotonic() < deadline:

@@ -15,7 +15,8 @@ lock when the testbed is entered (the first is refused at once if another
 emulation holds it, exit code 3; a later one waits up to ``lock_wait_s``,
 since the run gave the lock up between fabrics), samples CPU while the
 experiment holds it (`emu.live.cpu`), dumps the switch tables at teardown,
-checks the controller and reads its log for tracebacks.  A labelled testbed
+checks the controller, reads its log for tracebacks and warns of the OpenFlow
+connections it refused or saw taken over.  A labelled testbed
 writes ``controller.log`` and ``dumps/`` into ``<run>/<label>/``; the
 unlabelled one into the run folder itself.  The flows recorded per testbed
 feed the run's fidelity check (`emu.fidelity`).
@@ -52,6 +53,29 @@ class Recorded:
     ports: Dict[int, List[int]] = field(default_factory=dict)   # flow index -> out ports
 
 
+def controller_warnings(status: dict) -> List[str]:
+    """What the controller's status says of connections it did not expect: a
+    datapath it refused (no switch of the fabric has its dpid), a switch whose
+    connection another took over.  Either means something else spoke OpenFlow
+    to this run's controller, so the run's result says so."""
+    warnings = [f"the controller refused {r['times']} OpenFlow connection(s) from "
+                f"{r['peer']} for dpid {r['dpid']}, which no switch of the fabric has"
+                for r in status.get("refused") or []]
+    warnings += [f"switch {t['switch']}: a second OpenFlow connection ({t['new_peer']}) "
+                 f"took over from {t['old_peer']} ({t['times']} time(s)); the old one was "
+                 "closed" for t in status.get("takeovers") or []]
+    return warnings
+
+
+def _status(bed) -> dict:
+    from emu.live.testbed import TestbedError
+
+    try:
+        return bed.status()
+    except TestbedError:        # a dead controller was reported by check_controller
+        return {}
+
+
 class TestbedSeries:
     """Opens testbeds one at a time and keeps what ``result.json`` needs of them."""
 
@@ -78,6 +102,9 @@ class TestbedSeries:
         self.log = log
         self.info: Dict = {}                 # datapath, netem, versions (from the first)
         self.build_s: Dict[Optional[str], float] = {}
+        # Each time a testbed's controller died and a successor took over
+        # (`emu.live.keeper`), by label.
+        self.outages: Dict[Optional[str], List[dict]] = {}
         self.cpu: Dict[Optional[str], dict] = {}     # label -> CpuSampler summary
         self.drops: Dict[Optional[str], dict] = {}   # label -> emu.live.drops counts
         self.warnings: List[str] = []
@@ -143,6 +170,8 @@ class TestbedSeries:
                 if self.servers:
                     self.cluster[label] = bed.finish_cluster()
             bed.check_controller()
+            self._record_outages(label, tag, bed)
+            self.warnings += [tag + w for w in controller_warnings(_status(bed))]
             if "Traceback" in bed.controller_log():
                 log = "controller.log" if label is None else f"{label}/controller.log"
                 self.warnings.append(f"{tag}the controller log holds a traceback: see {log}")
@@ -155,6 +184,16 @@ class TestbedSeries:
                 # The files gathered from the servers are known once it closed.
                 self.cluster[label] = dict(bed.cluster_record)
             self.feed.label = None
+
+    def _record_outages(self, label: Optional[str], tag: str, bed) -> None:
+        outages = list(bed.keeper.outages) if bed.keeper is not None else []
+        if not outages:
+            return
+        self.outages[label] = outages
+        worst = max(o.get("outage_s", 0.0) for o in outages)
+        self.warnings.append(f"{tag}the controller died {len(outages)} time(s) during the "
+                             f"run; a successor took over each time (longest outage "
+                             f"{worst:.1f} s: see controller_outages)")
 
     def _cpu_sampled(self, sample) -> None:
         self.feed.emit("cpu", machine_pct=sample.machine_pct, softirq_pct=sample.softirq_pct,
@@ -211,6 +250,8 @@ class TestbedSeries:
         times (one number for the run's single testbed, else per label), and the
         CPU and drop counts of each labelled testbed."""
         fields = dict(self.info)
+        fields["controller_outages"] = self.outages.get(None, []) \
+            if set(self.outages) <= {None} else dict(self.outages)
         if self.cluster:
             fields["cluster"] = self.cluster[None] if list(self.cluster) == [None] \
                 else dict(self.cluster)

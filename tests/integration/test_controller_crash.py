@@ -119,3 +119,28 @@ def test_controller_killed_inside_a_dark_window(tmp_path, dataplane, pauses):
         assert saved["circuits"]["o1"] == [list(c) for c in reverse]
         assert "Traceback" not in bed.controller_log()
     assert_no_leftovers()
+
+
+def test_a_whole_run_goes_on_and_records_the_outage(tmp_path, pauses):
+    """``emu.run`` with its controller killed inside a dark window: the run
+    ends as usual and its result.json records the outage."""
+    import subprocess
+    import sys
+
+    from tests.integration.utils import REPO, only_run
+
+    directory = pauses("ocs-dark")
+    proc = subprocess.Popen([sys.executable, "-m", "emu.run", "ocs-reconfig", "--out",
+                             str(tmp_path / "results"), "--set", "ocs_reconfig.presets=mems",
+                             "--set", "ocs_reconfig.settle_s=0.5", "--set", "dataplane=ovs"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    killed = _kill_when_paused(directory, "ocs-dark",
+                               lambda: int((directory / "ocs-dark.reached").read_text()))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    result = json.loads((only_run(tmp_path / "results") / "result.json").read_text())
+    assert result["status"] == "ok"
+    assert [o["pid"] for o in result["controller_outages"]] == [killed]
+    assert any("controller died 1 time" in w for w in result["warnings"]), result["warnings"]
+    assert_no_leftovers()
