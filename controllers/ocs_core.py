@@ -73,6 +73,25 @@ class ReconfigPlan:
                 "delay_emulated_ms": self.delay_emulated_s * 1000.0}
 
 
+# Reconfigurations an OCS remembers.  The service reads back the last few (to
+# predict the next one's lead time); a run of thousands of reconfigurations
+# (an RL run's phase after phase, for hours) must not keep every result.
+HISTORY_KEPT = 64
+
+
+class Recent(list):
+    """A list that keeps its last ``keep`` items: ``append`` drops the oldest."""
+
+    def __init__(self, items=(), keep: int = HISTORY_KEPT):
+        super().__init__(items)
+        self.keep = keep
+        del self[:-keep]
+
+    def append(self, item) -> None:
+        super().append(item)
+        del self[:-self.keep]
+
+
 @dataclass
 class OcsCore:
     """Pure logic for one OCS of a fabric; returns intents."""
@@ -80,7 +99,7 @@ class OcsCore:
     fabric: Fabric
     name: str
     tdf: float = 1.0
-    history: List[dict] = field(default_factory=list)
+    history: List[dict] = field(default_factory=Recent)
 
     @property
     def circuits(self) -> Set[Circuit]:

@@ -2,11 +2,14 @@
 
 Each handler finds the object it concerns, calls one method and returns: a
 switch that connects is given the service's start intents through the
-OpenFlow applier; barrier, error and port-stats replies go to the applier;
-a port status goes to the service, which reroutes.  Handlers are wrapped by
-``fail_loudly``: os-ken would log an exception and carry on with a
-half-programmed fabric, so instead the controller process exits and the
-runner stops the run with the controller's log.
+OpenFlow applier (a datapath the fabric does not have is refused, and a
+second connection for a switch takes over from the first: see the
+applier); barrier, error and port-stats replies go to the applier; a port
+status from a switch's live connection goes to the service, which
+reroutes.  Handlers are wrapped by ``fail_loudly``: os-ken would log an
+exception and carry on with a half-programmed fabric, so instead the
+controller process exits and the runner stops the run with the
+controller's log.
 """
 
 from __future__ import annotations
@@ -86,8 +89,9 @@ class FabricController(BaseApp):
     @fail_loudly
     def switch_features(self, ev):
         datapath = ev.msg.datapath
-        self.applier.switch_connected(datapath,
-                                      self.service.start(self.applier.name_of(datapath)))
+        switch = self.applier.admit(datapath)     # None: not of this fabric, refused
+        if switch is not None:
+            self.applier.switch_connected(datapath, self.service.start(switch))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     @fail_loudly
@@ -117,10 +121,14 @@ class FabricController(BaseApp):
             and not desc.config & ofp.OFPPC_PORT_DOWN
         LOG.debug("port status dpid %d port %d reason %d state %#x config %#x",
                   msg.datapath.id, desc.port_no, msg.reason, desc.state, desc.config)
+        # A connection refused or taken over may still deliver what it had
+        # sent: the switch's live connection reports for it.
+        switch = self.applier.current(msg.datapath)
         # Rerouting waits for barrier replies, which reach this same event
         # loop, so it runs on a worker thread; one worker keeps the reports
         # in the order the switches sent them.
-        self.port_events.put((self.applier.name_of(msg.datapath), desc.port_no, up))
+        if switch is not None:
+            self.port_events.put((switch, desc.port_no, up))
 
     def _port_worker(self) -> None:
         while True:

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from emu.live import state
-from emu.live.waiting import wait_until
+from emu.live.waiting import WaitTimeout, wait_until
 
 LOCALHOST = "localhost"
 HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})"
@@ -508,7 +508,37 @@ class Cluster:
             if proc.poll() is not None:
                 raise ClusterError(f"server {server.name}: the ssh forward to the controller "
                                    f"failed: {proc.stderr.read().strip()[:300]}")
+            self._check_forward_is_loopback(server, proc, remote_port)
             self.controller_ports[server.name] = remote_port
+
+    def _check_forward_is_loopback(self, server: Server, proc: subprocess.Popen,
+                                   port: int) -> None:
+        """Wait until the server listens on the forward's port, and refuse a
+        forward bound anywhere but its loopback.  ``-R 127.0.0.1:...`` asks
+        for loopback, but sshd decides: with ``GatewayPorts yes`` it binds the
+        wildcard address whatever the client asked, which would open the
+        controller to that server's whole network."""
+        agent = self.agents[server.name]
+        sockets: List[dict] = []
+
+        def bound() -> bool:
+            nonlocal sockets
+            sockets = agent.call("listening", port=port)["sockets"]
+            return bool(sockets) or proc.poll() is not None
+
+        try:
+            wait_until(bound, SSH_TIMEOUT_S, f"the ssh forward's port {port} on {server.name}")
+        except WaitTimeout as exc:
+            raise ClusterError(f"server {server.name}: {exc}") from None
+        if proc.poll() is not None:
+            raise ClusterError(f"server {server.name}: the ssh forward to the controller "
+                               f"failed: {proc.stderr.read().strip()[:300]}")
+        exposed = [f"{s['address']}:{port}" for s in sockets if not s["loopback"]]
+        if exposed:
+            raise ClusterError(f"server {server.name}: its sshd bound the controller's "
+                               f"forward on {', '.join(exposed)}, not only 127.0.0.1 "
+                               "(GatewayPorts yes?); set GatewayPorts to no or "
+                               "clientspecified in its sshd_config")
 
     # ---------------------------------------------------------- per node
     def record_pids(self, server: str, pids: List[Tuple[int, str, bool]]) -> None:

@@ -124,12 +124,29 @@ def cpu_sample(previous: CpuSnapshot, current: CpuSnapshot) -> CpuSample:
                      softirq_pct=softirq_pct)
 
 
-def _stats(values: Iterable[Optional[float]]
-           ) -> Tuple[Optional[float], Optional[float]]:
-    present = [value for value in values if value is not None]
-    if not present:
-        return None, None
-    return sum(present) / len(present), max(present)
+# Samples a sampler keeps as they are (for watchers and tests): its summary is
+# folded as it goes, so a run of hours at two samples a second holds a minute
+# of them, not every one.
+KEPT_SAMPLES = 120
+
+
+class _Running:
+    """Mean and max of the values given so far (None values skipped)."""
+
+    __slots__ = ("count", "total", "peak")
+
+    def __init__(self) -> None:
+        self.count, self.total, self.peak = 0, 0.0, None
+
+    def add(self, value: Optional[float]) -> None:
+        if value is None:
+            return
+        self.count += 1
+        self.total += value
+        self.peak = value if self.peak is None else max(self.peak, value)
+
+    def stats(self) -> Tuple[Optional[float], Optional[float]]:
+        return (self.total / self.count, self.peak) if self.count else (None, None)
 
 
 class CpuSampler:
@@ -174,7 +191,10 @@ class CpuSampler:
         self.reader = reader or PsutilReader()
         # Told each sample as it is taken (the run's live view); never the run's fate.
         self.on_sample = on_sample
-        self.samples: List[CpuSample] = []
+        self.samples: List[CpuSample] = []          # the last KEPT_SAMPLES of them
+        self._count = 0
+        self._machine, self._softirq = _Running(), _Running()
+        self._processes: Dict[str, _Running] = defaultdict(_Running)
         self.cores: Optional[int] = None
         self._pids_by_name: Dict[str, List[int]] = {}
         self._seen_pids: Dict[str, set] = defaultdict(set)
@@ -233,7 +253,13 @@ class CpuSampler:
             raise RuntimeError("sample_now() before start() or take_baseline()")
         sample = cpu_sample(self._previous, current)
         self._previous = current
+        self._count += 1
+        self._machine.add(sample.machine_pct)
+        self._softirq.add(sample.softirq_pct)
+        for label, pct in sample.process_pct_of_core.items():
+            self._processes[label].add(pct)
         self.samples.append(sample)
+        del self.samples[:-KEPT_SAMPLES]
         return sample
 
     # Lifecycle ---------------------------------------------------------------
@@ -285,12 +311,12 @@ class CpuSampler:
     # Results -----------------------------------------------------------------
     def summary(self) -> dict:
         """Mean and max of the samples so far (None where nothing was measured)."""
-        machine_mean, machine_max = _stats(s.machine_pct for s in self.samples)
-        softirq_mean, softirq_max = _stats(s.softirq_pct for s in self.samples)
+        machine_mean, machine_max = self._machine.stats()
+        softirq_mean, softirq_max = self._softirq.stats()
         processes = {}
         for label in list(self.fixed_pids) + list(self.process_names):
-            mean, peak = _stats(s.process_pct_of_core.get(label)
-                                for s in self.samples)
+            mean, peak = self._processes[label].stats() if label in self._processes \
+                else (None, None)
             pids = ([self.fixed_pids[label]] if label in self.fixed_pids
                     else sorted(self._seen_pids.get(label, ())))
             processes[label] = {"mean_pct_of_core": mean,
@@ -301,7 +327,7 @@ class CpuSampler:
                 "softirq_pct": {"mean": softirq_mean, "max": softirq_max},
                 "cores": self.cores,
                 "processes": processes,
-                "samples": len(self.samples),
+                "samples": self._count,
                 "interval_s": self.interval_s}
 
 

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import List, Optional
 
-from emu.live import ovs, shaping, state
+from emu.live import listening, ovs, shaping, state
 
 BRIDGE_NAME = state.BRIDGE_RE
 CONTROLLER_TARGET = re.compile(r"^tcp:127\.0\.0\.1:\d{1,5}$")
@@ -284,6 +284,15 @@ class ServerAgent:
         with socket.socket() as probe_socket:
             probe_socket.bind(("127.0.0.1", 0))
             return {"port": probe_socket.getsockname()[1]}
+
+    def op_listening(self, request: dict) -> dict:
+        """The sockets listening on ``port`` in this server's root namespace, and
+        whether each is on loopback (`emu.live.listening`): what address an
+        ``ssh -R`` forward really got."""
+        port = int(request["port"])
+        return {"sockets": [{"table": s.table, "address": s.address, "loopback": s.loopback}
+                            for s in listening.read_sockets()
+                            if s.listening and s.port == port]}
 
     def op_mkdir(self, request: dict) -> dict:
         path = str(request["path"])

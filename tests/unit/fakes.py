@@ -263,9 +263,11 @@ class FakeDatapath:
 
     def __init__(self, dpid: int, name: str = "",
                  on_barrier: Optional[Callable[["FakeDatapath", int], None]] = None,
-                 journal: Optional[list] = None):
+                 journal: Optional[list] = None, address: Tuple[str, int] = ("127.0.0.1", 0)):
         self.id = dpid
         self.name = name or f"dpid{dpid}"
+        self.address = address               # the peer, as os-ken's Datapath has it
+        self.closed = False                   # close() was called, as os-ken's
         self.ofproto = ofp
         self.ofproto_parser = parser
         self.xid = 0
@@ -287,6 +289,8 @@ class FakeDatapath:
         return self.xid
 
     def send_msg(self, msg) -> None:
+        if self.closed:
+            raise FakeSwitchError(f"{self.name}: a message sent on a closed connection")
         if msg.datapath is not self:
             raise FakeSwitchError(f"{self.name}: message bound to {msg.datapath}, not this "
                                   "datapath")
@@ -317,11 +321,30 @@ class FakeDatapath:
         reply.xid = request.xid
         return reply
 
+    def close(self) -> None:
+        """As os-ken's: the connection is marked dead; nothing more is sent on it."""
+        self.closed = True
+
     def send_all(self, msgs) -> None:
         """Bind and send messages from a core, as the app shim does."""
         for msg in msgs:
             msg.datapath = self
             self.send_msg(msg)
+
+
+def features_reply(datapath: "FakeDatapath", dpid: int, xid: int = 1):
+    """A switch's OFPT_FEATURES_REPLY for ``dpid`` as it comes off the wire: packed
+    into OpenFlow 1.3 bytes and parsed by os-ken, which then sets the datapath's
+    id from it (os-ken's ofp_handler does, before any application hears of it)."""
+    body = struct.pack(ofp.OFP_SWITCH_FEATURES_PACK_STR, dpid, 256, 254, 0, 0x4f, 0)
+    buf = struct.pack(ofp.OFP_HEADER_PACK_STR, ofp.OFP_VERSION, ofp.OFPT_FEATURES_REPLY,
+                      ofp.OFP_SWITCH_FEATURES_SIZE, xid) + body
+    version, msg_type, msg_len, parsed_xid = ofproto_parser.header(buf)
+    msg = ofproto_parser.msg(datapath, version, msg_type, msg_len, parsed_xid, buf)
+    if not isinstance(msg, parser.OFPSwitchFeatures) or msg.datapath_id != dpid:
+        raise FakeSwitchError(f"features reply for dpid {dpid} did not parse back: {msg}")
+    datapath.id = msg.datapath_id
+    return msg
 
 
 # ---------------------------------------------------------------- network

@@ -274,3 +274,67 @@ def test_an_agent_that_stops_answering_is_not_asked_again():
     with pytest.raises(ClusterError, match="did not answer"):
         agent.call("cpu", timeout_s=5)
     assert agent.quit(timeout_s=0.5) == [] and agent.proc.poll() is not None
+
+
+# ---------------------------------------------------------------- controller forward
+class ForwardAgent:
+    """A server agent that answers the forward's questions; ``bound`` is where
+    the server's sshd put the forwarded port."""
+
+    def __init__(self, bound):
+        self.bound = bound
+        self.calls = []
+
+    def call(self, op, **args):
+        self.calls.append((op, args))
+        if op == "free_port":
+            return {"port": 40000}
+        if op == "listening":
+            assert args == {"port": 40000}
+            return {"sockets": [{"table": "tcp", "address": a, "loopback": a == "127.0.0.1"}
+                                for a in self.bound]}
+        raise AssertionError(f"unexpected op {op}")
+
+
+class RunningSsh:
+    def __init__(self, args, **kwargs):
+        self.args, self.pid = args, 4242
+
+    def poll(self):
+        return None
+
+
+@pytest.fixture
+def forwarding(monkeypatch):
+    monkeypatch.setattr(cluster, "run_user", lambda: "root")
+    monkeypatch.setattr(cluster.subprocess, "Popen", RunningSsh)
+    monkeypatch.setattr(state, "record_pid", lambda pid, what: None)
+    return cluster.Cluster(["localhost", "10.254.1.2"], log=lambda m: None)
+
+
+def test_the_controller_forward_asks_for_the_remote_loopback(forwarding):
+    forwarding.agents["10.254.1.2"] = agent = ForwardAgent(["127.0.0.1"])
+    forwarding.forward_controller(6653)
+    args = forwarding.forwards[0].args
+    assert args[args.index("-R") + 1] == "127.0.0.1:40000:127.0.0.1:6653", \
+        "both ends of the forward must name 127.0.0.1, never a wildcard"
+    assert forwarding.controller_ports == {"10.254.1.2": 40000}
+    assert ("listening", {"port": 40000}) in agent.calls, "the bound address is checked there"
+
+
+def test_a_forward_sshd_bound_on_the_wildcard_is_refused(forwarding):
+    forwarding.agents["10.254.1.2"] = ForwardAgent(["0.0.0.0"])
+    with pytest.raises(ClusterError, match=r"0\.0\.0\.0:40000.*GatewayPorts"):
+        forwarding.forward_controller(6653)
+    assert forwarding.controller_ports == {}
+
+
+def test_the_agent_tells_where_a_port_listens(agent_run_dir, monkeypatch):
+    sockets = [server_agent.listening.Socket("tcp", "127.0.0.1", 40000, 0x0A, 1),
+               server_agent.listening.Socket("tcp6", "::", 40000, 0x0A, 2),
+               server_agent.listening.Socket("tcp", "0.0.0.0", 40001, 0x0A, 3),
+               server_agent.listening.Socket("tcp", "10.0.0.1", 40000, 0x01, 4)]
+    monkeypatch.setattr(server_agent.listening, "read_sockets", lambda: sockets)
+    reply = server_agent.ServerAgent("/repo").handle({"op": "listening", "port": 40000})
+    assert reply == {"sockets": [{"table": "tcp", "address": "127.0.0.1", "loopback": True},
+                                 {"table": "tcp6", "address": "::", "loopback": False}]}

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from fakes import FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode
+from fakes import (FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode,
+                   features_reply)
 
 from controllers import launcher
 from controllers.openflow import app, messages as ofmsg
@@ -310,6 +311,18 @@ def test_custom_delay_is_stored_on_the_ocs_and_used_by_the_next_plan():
     assert core.plan([]).delay_real_ms == 10.0
 
 
+def test_an_ocs_remembers_its_last_reconfigurations_only():
+    from controllers import ocs_core
+    core = OcsCore(registry.build("hybrid"), "o1")
+    for index in range(ocs_core.HISTORY_KEPT + 10):
+        core.history.append({"index": index})
+    assert len(core.history) == ocs_core.HISTORY_KEPT, "a long run must not keep every result"
+    assert core.history[-1] == {"index": ocs_core.HISTORY_KEPT + 9}
+    assert [r["index"] for r in core.history[-2:]] == [ocs_core.HISTORY_KEPT + 8,
+                                                         ocs_core.HISTORY_KEPT + 9]
+    assert OcsCore(registry.build("hybrid"), "o1").history == []
+
+
 # ---------------------------------------------------------------- os-ken shim
 HANDLERS = {
     "switch_features": (ofp_event.EventOFPSwitchFeatures, [CONFIG_DISPATCHER]),
@@ -438,15 +451,194 @@ def test_fail_loudly_ends_the_process_with_code_70(monkeypatch, capsys):
         raise Exited
 
     monkeypatch.setattr(os, "_exit", fake_exit)
-    controller = bare_controller(registry.build("hybrid"))
-    unknown = FakeDatapath(99, "stranger")
+    fabric = registry.build("hybrid")
+    controller = bare_controller(fabric)
+
+    def broken_start(switch):
+        raise RuntimeError(f"no start intents for {switch}")
+
+    monkeypatch.setattr(controller.service, "start", broken_start)
+    datapath = FakeDatapath(fabric.graph.nodes["s1"]["dpid"], "s1")
     with pytest.raises(Exited):
         controller.switch_features(
-            ofp_event.EventOFPSwitchFeatures(parser.OFPSwitchFeatures(unknown)))
+            ofp_event.EventOFPSwitchFeatures(parser.OFPSwitchFeatures(datapath)))
     assert exits == [app.EXIT_HANDLER_FAILED] == [70]
     err = capsys.readouterr().err
-    assert "Traceback" in err and "no switch with dpid 99" in err, \
+    assert "Traceback" in err and "no start intents for s1" in err, \
         f"the traceback must reach the controller log, got: {err!r}"
+
+
+# ---------------------------------------------------------------- who may connect
+def connect(controller, datapath, dpid):
+    """A switch's features reply through the os-ken handler, from its bytes."""
+    controller.switch_features(ofp_event.EventOFPSwitchFeatures(features_reply(datapath, dpid)))
+
+
+def port_down_event(datapath, port_no):
+    desc = parser.OFPPort(port_no, "02:00:00:00:00:01", f"port{port_no}", 0,
+                          ofp.OFPPS_LINK_DOWN, 0, 0, 0, 0, 0, 0)
+    return ofp_event.EventOFPPortStatus(parser.OFPPortStatus(datapath, ofp.OFPPR_MODIFY, desc))
+
+
+@pytest.fixture
+def live_controller(monkeypatch):
+    """A bare controller whose every switch connected (through the handler) and
+    answers barriers; a handler that ended the process fails the test."""
+    monkeypatch.setattr(os, "_exit", lambda code: pytest.fail(f"the controller exited ({code})"))
+    fabric = registry.build("hybrid")
+    controller = bare_controller(fabric)
+    datapaths = {}
+    for port, name in enumerate(fabric.switches, start=50000):
+        datapath = FakeDatapath(None, name, on_barrier=controller.applier.barrier_replied,
+                                address=("127.0.0.1", port))
+        connect(controller, datapath, fabric.graph.nodes[name]["dpid"])
+        datapaths[name] = datapath
+    assert controller.service.status()["ready"]
+    return controller, datapaths
+
+
+def test_a_datapath_the_fabric_does_not_have_is_refused_and_the_controller_goes_on(
+        live_controller, caplog):
+    controller, datapaths = live_controller
+    caplog.set_level("ERROR", logger="fabric.openflow")
+    stranger = FakeDatapath(None, "stranger", address=("127.0.0.1", 41234))
+    connect(controller, stranger, 0xBAD)
+
+    assert stranger.closed, "a refused datapath's connection must be closed"
+    assert stranger.sent == [], "a refused datapath must get no flow, group or barrier"
+    assert "dpid 2989 from 127.0.0.1:41234" in caplog.text, \
+        f"the log must name the dpid and the peer, got {caplog.text!r}"
+    status = controller.service.status()
+    assert status["ready"], "the fabric's own switches are untouched"
+    assert [(r["dpid"], r["host"], r["peer"], r["times"]) for r in status["refused"]] == \
+        [(0xBAD, "127.0.0.1", "127.0.0.1:41234", 1)]
+
+    # OVS retries a refused bridge every few seconds: still one record, counted.
+    again = FakeDatapath(None, "stranger", address=("127.0.0.1", 41235))
+    connect(controller, again, 0xBAD)
+    refused = controller.service.status()["refused"]
+    assert again.closed and len(refused) == 1
+    assert refused[0]["times"] == 2 and refused[0]["peer"] == "127.0.0.1:41235"
+    assert "stranger" not in controller.service.status()["connected"]
+
+    # A port status the stranger sent before it was closed is not a fabric event.
+    controller.port_status(port_down_event(stranger, 1))
+    assert controller.port_events.empty()
+    controller.state_change(ofp_event.EventOFPStateChange(stranger))
+    assert sorted(controller.service.status()["connected"]) == sorted(datapaths)
+
+
+def test_refused_datapaths_are_bounded_records(monkeypatch):
+    from controllers.openflow import applier as applier_module
+    monkeypatch.setattr(applier_module, "RECORDS_KEPT", 3)
+    applier = OpenFlowApplier(registry.build("hybrid"))
+    for dpid in range(1000, 1010):
+        assert applier.admit(FakeDatapath(dpid, address=("10.0.0.9", 7000 + dpid))) is None
+    assert [r["dpid"] for r in applier.status()["refused"]] == [1007, 1008, 1009], \
+        "the newest strangers are kept, the list does not grow with them"
+
+
+def test_a_second_connection_takes_over_and_the_old_one_is_closed(live_controller, caplog):
+    controller, datapaths = live_controller
+    applier, service = controller.applier, controller.service
+    caplog.set_level("WARNING", logger="fabric.openflow")
+    fabric = service.fabric
+    old = datapaths["s1"]
+    dpid = fabric.graph.nodes["s1"]["dpid"]
+    new = FakeDatapath(None, "s1", on_barrier=applier.barrier_replied,
+                       address=("127.0.0.1", 60001))
+    connect(controller, new, dpid)
+
+    assert old.closed, "the connection taken over must be closed"
+    assert applier.datapaths["s1"] is new
+    assert "127.0.0.1:60001" in caplog.text and f"127.0.0.1:{old.address[1]}" in caplog.text, \
+        f"the warning must name both peers, got {caplog.text!r}"
+    takeovers = service.status()["takeovers"]
+    assert [(t["switch"], t["dpid"], t["old_peer"], t["new_peer"], t["times"])
+            for t in takeovers] == \
+        [("s1", dpid, f"127.0.0.1:{old.address[1]}", "127.0.0.1:60001", 1)]
+    assert isinstance(new.sent[0], parser.OFPFlowMod) and \
+        new.sent[0].command == ofp.OFPFC_DELETE, "the newcomer starts from a Reset"
+    assert new.table.flows and new.table.groups.keys() == old.table.groups.keys(), \
+        "the newcomer holds the whole state the old connection held"
+    assert service.status()["ready"]
+
+    # The old connection's end (os-ken's dead state after close()) comes later:
+    # it must not take the switch's new connection with it.
+    controller.state_change(ofp_event.EventOFPStateChange(old))
+    status = service.status()
+    assert "s1" in status["connected"] and status["ready"], status
+    assert applier.datapaths["s1"] is new
+
+    # What the old connection still delivers is stale; the new one speaks for s1.
+    controller.port_status(port_down_event(old, 1))
+    assert controller.port_events.empty(), "a stale connection's port status is ignored"
+    controller.port_status(port_down_event(new, 1))
+    assert controller.port_events.get_nowait() == ("s1", 1, False)
+
+    # Batches go to the new connection only (the fake refuses a send on a closed one).
+    sent_before = len(new.sent)
+    applier.apply({"s1": [Reset("s1")]})
+    assert len(new.sent) > sent_before
+
+    # The new connection's own end forgets s1.
+    controller.state_change(ofp_event.EventOFPStateChange(new))
+    assert "s1" in service.status()["missing"]
+
+
+def test_a_barrier_waiting_on_a_connection_that_ends_fails_at_once():
+    import threading
+    import time
+    from controllers.openflow.applier import SwitchError
+    fabric = registry.build("hybrid")
+    applier = OpenFlowApplier(fabric)
+    silent = FakeDatapath(fabric.graph.nodes["s1"]["dpid"], "s1")    # answers no barrier
+    applier.switch_connected(silent, [Reset("s1")])
+    assert applier._pending and applier._initial
+    failure = []
+
+    def apply():
+        try:
+            applier.apply({"s1": [Reset("s1")]})
+        except SwitchError as exc:
+            failure.append(str(exc))
+
+    def counters():
+        try:
+            applier.counters()
+        except SwitchError as exc:
+            failure.append(str(exc))
+
+    waiters = [threading.Thread(target=apply), threading.Thread(target=counters)]
+    started = time.monotonic()
+    for waiter in waiters:
+        waiter.start()
+    while len(applier._pending) < 2 or not applier._stats:   # both requests are out
+        time.sleep(0.001)
+    applier.switch_disconnected(silent)
+    for waiter in waiters:
+        waiter.join(5)
+    assert len(failure) == 2 and all("disconnected" in f for f in failure), failure
+    assert time.monotonic() - started < 2, "it must not wait for the barrier timeout"
+    assert not applier._pending and not applier._initial and not applier._stats, \
+        "nothing of a closed connection stays in the applier's maps"
+
+
+def test_a_takeover_fails_what_waited_on_the_old_connection():
+    fabric = registry.build("hybrid")
+    applier = OpenFlowApplier(fabric)
+    dpid = fabric.graph.nodes["o1"]["dpid"]
+    old = FakeDatapath(dpid, "o1")                  # answers nothing
+    applier.switch_connected(old, [Reset("o1")])
+    answer = applier._send(old, [])                 # a batch's barrier, unanswered
+    new = FakeDatapath(dpid, "o1", on_barrier=applier.barrier_replied)
+    applier.switch_connected(new, [Reset("o1")])
+    assert answer.is_set() and "taken over" in answer.lost, \
+        "a batch waiting on the old connection must fail now, not at its timeout"
+    assert applier.status()["ready_switches"] == ["o1"], "ready through the new connection"
+    assert all(key[0] is not old for key in list(applier._pending) + list(applier._initial))
+    applier.barrier_replied(old, 1)                 # a late reply of the old one: ignored
+    assert applier.status()["ready_switches"] == ["o1"]
 
 
 def test_fail_loudly_passes_results_through_when_nothing_fails(monkeypatch):

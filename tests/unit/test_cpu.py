@@ -93,6 +93,29 @@ def test_sampler_finds_a_process_that_starts_late():
     assert summary["processes"]["ovs-vswitchd"]["found"]
 
 
+def test_a_long_run_keeps_its_summary_not_every_sample(monkeypatch):
+    """Two samples a second for hours: the summary is folded as samples come,
+    and only the last KEPT_SAMPLES are held (a run must not grow with its time)."""
+    from emu.live import cpu
+    monkeypatch.setattr(cpu, "KEPT_SAMPLES", 10)
+    reader = FakeReader(busy_s=0.0, total_s=10.0, processes={42: ("ovs-vswitchd", 0.0)})
+    sampler = CpuSampler(("ovs-vswitchd",), interval_s=60, reader=reader)
+    sampler.take_baseline()
+    busy = total = proc = 0.0
+    for step in range(1, 51):
+        busy, total, proc = busy + step, total + 100.0, proc + step / 50    # climbing load
+        reader.set(busy, 10.0 + total, {42: ("ovs-vswitchd", proc)})
+        sampler.sample_now()
+    assert len(sampler.samples) == 10
+    assert sampler.samples[-1].machine_pct == pytest.approx(50.0)
+    summary = sampler.summary()
+    assert summary["samples"] == 50
+    assert summary["machine_cpu_pct"]["mean"] == pytest.approx(25.5)       # mean of 1..50 %
+    assert summary["machine_cpu_pct"]["max"] == pytest.approx(50.0)
+    assert summary["processes"]["ovs-vswitchd"]["found"]
+    assert summary["processes"]["ovs-vswitchd"]["max_pct_of_core"] > 0
+
+
 def test_sampler_charges_a_restarted_process_only_its_new_life():
     reader = FakeReader(busy_s=0.0, total_s=10.0, processes={42: ("ovs-vswitchd", 5.0)})
     sampler = CpuSampler(("ovs-vswitchd",), interval_s=60, reader=reader)

@@ -317,6 +317,7 @@ class FakeBed:
     def __init__(self, fabric, scale, folder, **options):
         self.folder, self.options = folder, options
         self.build_s, self.warnings = 0.25, []
+        self.keeper = None                  # no controller restarts (`emu.live.keeper`)
         self.dataplane = SimpleNamespace(processes=("ovs-vswitchd",))
         self.closed = False
         FakeBed.made.append(self)
@@ -338,6 +339,9 @@ class FakeBed:
 
     def check_controller(self):
         pass
+
+    def status(self):
+        return self.options.get("status", {"ready": True})
 
     def controller_log(self):
         return ""
@@ -384,6 +388,26 @@ def test_each_testbed_warns_once_and_its_events_say_which(tmp_path, fake_testbed
     assert kinds(events) == ["cpu", "warning", "cpu"] * 2
     assert [e["label"] for e in events] == ["fattree"] * 3 + ["rfabric"] * 3
     assert set(series.cpu) == {"fattree", "rfabric"}
+
+
+def test_connections_the_controller_refused_or_saw_taken_over_are_warnings(tmp_path,
+                                                                            fake_testbeds):
+    status = {"ready": True,
+              "refused": [{"dpid": 2989, "host": "127.0.0.1", "peer": "127.0.0.1:41235",
+                           "times": 2}],
+              "takeovers": [{"switch": "s1", "dpid": 1, "old_peer": "127.0.0.1:50000",
+                             "new_peer": "127.0.0.1:60001", "times": 1}]}
+    series, _ = recording_series(tmp_path)
+    with series.open("fattree", fabric=None, scale=None) as bed:
+        bed.options["status"] = status
+    assert series.warnings == [
+        "fattree: the controller refused 2 OpenFlow connection(s) from 127.0.0.1:41235 for "
+        "dpid 2989, which no switch of the fabric has",
+        "fattree: switch s1: a second OpenFlow connection (127.0.0.1:60001) took over from "
+        "127.0.0.1:50000 (1 time(s)); the old one was closed"]
+    with series.open(None, fabric=None, scale=None):
+        pass
+    assert len(series.warnings) == 2, "a quiet controller adds nothing"
 
 
 # ------------------------------------------------------------ FabricPage: circuits panel
