@@ -8,8 +8,10 @@ descriptors; the map calls here are its thin wrappers over ``bpf(2)``.
 
 Nothing is pinned: each `PanelObject.load` creates the programs and a fresh
 set of maps, which live while this process holds the object or a tc filter
-uses a program, so a per-OCS map is one load per OCS, and a process that dies
-takes its maps along.
+uses a program, so a per-OCS map is one load per OCS.  A controller that
+dies leaves its programs attached, and their maps with them: its successor
+finds them from the filter (`maps_of_program`) and loads its object over
+those maps (``reuse``), so the circuits go on as they were.
 
 libbpf 1.x reports a failed call as NULL (pointers) or a negative errno
 (integers), with errno set; ctypes keeps errno (``use_errno``) so the
@@ -75,7 +77,18 @@ class _SkBuff(ctypes.Structure):
 class _MapInfo(ctypes.Structure):
     # The head of struct bpf_map_info; the kernel fills what fits.
     _fields_ = [(name, ctypes.c_uint32) for name in (
-        "type", "id", "key_size", "value_size", "max_entries", "map_flags")]
+        "type", "id", "key_size", "value_size", "max_entries", "map_flags")] + \
+        [("name", ctypes.c_char * 16)]
+
+
+class _ProgInfo(ctypes.Structure):
+    # The head of struct bpf_prog_info (<linux/bpf.h>), up to its map ids.
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32),
+                ("tag", ctypes.c_uint8 * 8), ("jited_prog_len", ctypes.c_uint32),
+                ("xlated_prog_len", ctypes.c_uint32), ("jited_prog_insns", ctypes.c_uint64),
+                ("xlated_prog_insns", ctypes.c_uint64), ("load_time", ctypes.c_uint64),
+                ("created_by_uid", ctypes.c_uint32), ("nr_map_ids", ctypes.c_uint32),
+                ("map_ids", ctypes.c_uint64)]
 
 
 _P, _I, _U32P = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)
@@ -87,6 +100,10 @@ _PROTOTYPES = {
     "bpf_object__close": (None, [_P]),
     "bpf_object__find_program_by_name": (_P, [_P, ctypes.c_char_p]),
     "bpf_object__find_map_fd_by_name": (_I, [_P, ctypes.c_char_p]),
+    "bpf_object__find_map_by_name": (_P, [_P, ctypes.c_char_p]),
+    "bpf_map__reuse_fd": (_I, [_P, _I]),
+    "bpf_prog_get_fd_by_id": (_I, [ctypes.c_uint32]),
+    "bpf_map_get_fd_by_id": (_I, [ctypes.c_uint32]),
     "bpf_program__fd": (_I, [_P]),
     "bpf_map_update_elem": (_I, [_I, _P, _P, ctypes.c_uint64]),
     "bpf_map_update_batch": (_I, [_I, _P, _P, _U32P, _P]),
@@ -158,8 +175,11 @@ class PanelObject:
         self._closer = weakref.finalize(self, _close_object, self._lib, handle)
 
     @classmethod
-    def load(cls, path: Optional[os.PathLike] = None) -> "PanelObject":
-        """Open and load the object (default: the one bootstrap.sh built)."""
+    def load(cls, path: Optional[os.PathLike] = None,
+             reuse: Optional[Dict[str, int]] = None) -> "PanelObject":
+        """Open and load the object (default: the one bootstrap.sh built).
+        ``reuse`` maps map names to descriptors of maps that exist already (a
+        dead controller's, `maps_of_program`): the programs use those."""
         from controllers.bpf.build import object_path
 
         path = Path(path) if path is not None else object_path()
@@ -172,6 +192,13 @@ class PanelObject:
         if not handle or err:
             err = err or ctypes.get_errno() or errnos.EINVAL
             raise PanelError(f"libbpf could not open {path}: {_strerror(err)}", err)
+        for name, fd in sorted((reuse or {}).items()):
+            found = lib.bpf_object__find_map_by_name(handle, name.encode())
+            result = lib.bpf_map__reuse_fd(found, fd) if found else -errnos.ENOENT
+            if result != 0:
+                lib.bpf_object__close(handle)
+                raise PanelError(f"{path}: cannot take over map {name!r}: "
+                                 f"{_strerror(_errno(result))}", _errno(result))
         result = lib.bpf_object__load(handle)
         if result != 0:
             err = _errno(result)
@@ -216,6 +243,43 @@ class PanelObject:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def maps_of_program(program_id: int) -> Dict[str, int]:
+    """The maps a loaded program uses, by name: new descriptors the caller
+    closes (`PanelObject.load` duplicates those it reuses)."""
+    lib = libbpf()
+    prog_fd = lib.bpf_prog_get_fd_by_id(program_id)
+    if prog_fd < 0:
+        raise _oserror(_errno(prog_fd), f"program id {program_id}")
+    try:
+        info, size = _ProgInfo(), ctypes.c_uint32(ctypes.sizeof(_ProgInfo))
+        if lib.bpf_obj_get_info_by_fd(prog_fd, ctypes.byref(info), ctypes.byref(size)) != 0:
+            raise _oserror(_errno(-1), f"program id {program_id}")
+        ids = (ctypes.c_uint32 * info.nr_map_ids)()
+        count = info.nr_map_ids
+        info, size = _ProgInfo(), ctypes.c_uint32(ctypes.sizeof(_ProgInfo))
+        info.nr_map_ids, info.map_ids = count, ctypes.addressof(ids)
+        if lib.bpf_obj_get_info_by_fd(prog_fd, ctypes.byref(info), ctypes.byref(size)) != 0:
+            raise _oserror(_errno(-1), f"program id {program_id}: its maps")
+    finally:
+        os.close(prog_fd)
+    found: Dict[str, int] = {}
+    try:
+        for map_id in ids[:min(count, info.nr_map_ids)]:
+            fd = lib.bpf_map_get_fd_by_id(map_id)
+            if fd < 0:
+                raise _oserror(_errno(fd), f"map id {map_id}")
+            map_info, size = _MapInfo(), ctypes.c_uint32(ctypes.sizeof(_MapInfo))
+            if lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(map_info), ctypes.byref(size)) != 0:
+                os.close(fd)
+                raise _oserror(_errno(-1), f"map id {map_id}")
+            found[map_info.name.decode()] = fd
+    except BaseException:
+        for fd in found.values():
+            os.close(fd)
+        raise
+    return found
 
 
 class BpfMap:

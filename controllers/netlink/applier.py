@@ -17,9 +17,11 @@ Reset (OCS)                     remove every port's ingress qdisc (and its filte
                                 add an empty one: every port dark
 Resync (router)                 our routes stay (each Route after it replaces one
                                 in place); pin rules go; static neighbours again
-Resync (OCS)                    as Reset: a new controller cannot take over its
-                                predecessor's filters or BPF maps in place, so its
-                                circuits go dark for the reinstall (milliseconds)
+Resync (OCS)                    BPF panel taken over (`bpfpanel.take_over_program`):
+                                the dark ports' entries deleted, nothing else (the
+                                Lightpaths after it rewrite the lit ones in place);
+                                mirred panel: as Reset, its circuits dark for the
+                                reinstall (milliseconds)
 Route                           ``dst/32``, one ``nexthop via GATEWAY dev port
                                 onlink`` per ECMP port (a host port: ``dev port``);
                                 no port: a blackhole route
@@ -241,7 +243,14 @@ class NetlinkApplier:
     def _apply_one(self, switch: str, intent: Intent, down: Set[int],
                    written: List[Tuple[float, float]]) -> None:
         sock = self.sockets[switch]
-        if isinstance(intent, (Reset, Resync)):
+        if isinstance(intent, Resync) and getattr(self.patches.get(switch), "taken_over",
+                                                  False):
+            # A panel taken over in place: its lit entries stay, the Lightpaths
+            # after this rewrite them, and the ports that must be dark go dark.
+            patch = self.patches[switch]
+            for port in intent.dark_ports:
+                written.append(patch.dark(self.indexes[switch][port], PATCH_PRIO))
+        elif isinstance(intent, (Reset, Resync)):
             if self.fabric.kind(switch) == OCS:
                 self._reset_patch_panel(switch, sock)
             else:

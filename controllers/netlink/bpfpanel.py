@@ -46,20 +46,21 @@ so `Clock` converts between the two with an offset read at start.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import struct
 import time
 from typing import Dict, Iterable, Optional, Tuple
 
 from controllers.bpf import entry as entries
-from controllers.netlink.wire import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST,
-                                      Channel, attr, message)
+from controllers.netlink.wire import (HEADER, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE,
+                                      NLM_F_EXCL, NLM_F_REQUEST, Channel, attr, message)
 
 LOG = logging.getLogger("fabric.netlink.bpf")
 
-RTM_NEWTFILTER = 44
+RTM_NEWTFILTER, RTM_GETTFILTER = 44, 46
 TCA_KIND, TCA_OPTIONS = 1, 2
-TCA_BPF_FD, TCA_BPF_NAME, TCA_BPF_FLAGS = 6, 7, 8
+TCA_BPF_FD, TCA_BPF_NAME, TCA_BPF_FLAGS, TCA_BPF_ID = 6, 7, 8, 11
 TCA_BPF_FLAG_ACT_DIRECT = 1
 INGRESS_PARENT = 0xFFFF0000
 ETH_P_ALL = 0x0003
@@ -144,6 +145,72 @@ class _Attached:
         self.obj.close()
 
 
+# The panel's own maps, by the names the kernel reports (libbpf's internal
+# maps, .rodata and the like, are the new object's own).
+PANEL_MAPS = ("ports", "stats", "armed_at", "dests")
+
+
+def filter_get(seq: int, ifindex: int, prio: int = 1, handle: int = 1) -> bytes:
+    """RTM_GETTFILTER: the bpf filter `filter_add` attached (the kernel gives
+    the first filter of a priority handle 1)."""
+    body = _TCMSG.pack(0, ifindex, handle, INGRESS_PARENT,
+                       (prio << 16) | socket.htons(ETH_P_ALL)) + attr(TCA_KIND, b"bpf\0")
+    return message(RTM_GETTFILTER, NLM_F_REQUEST, seq, body)
+
+
+def _attributes(data: bytes, offset: int, end: int) -> Dict[int, bytes]:
+    found = {}
+    while offset + 4 <= end:
+        length, kind = struct.unpack_from("=HH", data, offset)
+        if length < 4:
+            break
+        found[kind & ~NLA_F_NESTED] = data[offset + 4:offset + length]
+        offset += (length + 3) & ~3
+    return found
+
+
+def program_of_filter(reply: bytes) -> Tuple[str, Optional[int]]:
+    """(program name, program id) of an RTM_NEWTFILTER message of a bpf filter
+    (pyroute2 0.9 does not decode TCA_BPF_ID)."""
+    top = _attributes(reply, HEADER.size + _TCMSG.size, len(reply))
+    options = _attributes(top.get(TCA_OPTIONS, b""), 0, len(top.get(TCA_OPTIONS, b"")))
+    name = options.get(TCA_BPF_NAME, b"").split(b"\0")[0].decode(errors="replace")
+    program_id = options.get(TCA_BPF_ID)
+    return name, struct.unpack("=I", program_id[:4])[0] if program_id else None
+
+
+def attached_program_id(sock: socket.socket, ifindexes: Iterable[int],
+                        program: str = OCS_PROGRAM) -> Optional[int]:
+    """The id of ``program`` attached to the ingress of one of ``ifindexes`` in
+    the namespace of ``sock`` (a netlink socket), by a controller that may
+    have died; None if none of them has it."""
+    channel = Channel(sock)
+    for ifindex in ifindexes:
+        try:
+            reply = channel.request(lambda seq, i=ifindex: filter_get(seq, i))
+        except OSError:       # no ingress qdisc, or no filter on this port
+            continue
+        if reply is not None:
+            name, program_id = program_of_filter(reply)
+            if name == program and program_id is not None:
+                return program_id
+    return None
+
+
+def take_over_program(program_id: int):
+    """A panel object over the maps of a dead controller's attached program:
+    its programs see the same circuits, and writes here change them."""
+    from controllers.bpf.libbpf import PanelObject, maps_of_program
+
+    fds = maps_of_program(program_id)
+    try:
+        return PanelObject.load(reuse={name: fd for name, fd in fds.items()
+                                       if name in PANEL_MAPS})
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
 class BpfPatchPanel(_Attached):
     """One OCS's circuits in its map; a drop-in for `PatchSocket` (``light``,
     ``dark``), plus `timed` (a reconfiguration with its switch times) and
@@ -153,10 +220,14 @@ class BpfPatchPanel(_Attached):
     kernel_timed = True
     kind = "bpf"
 
-    def __init__(self, sock: socket.socket, obj=None, clock: Optional[Clock] = None):
+    def __init__(self, sock: socket.socket, obj=None, clock: Optional[Clock] = None,
+                 taken_over: bool = False):
         super().__init__(sock, obj if obj is not None else load_program())
         self.ports = self.obj.map("ports")
         self.clock = clock or Clock()
+        # Over a dead controller's maps, whose program stays attached: a
+        # resync rewrites entries in place, and attaches nothing.
+        self.taken_over = taken_over
 
     def attach_ports(self, ifindexes: Iterable[int]) -> None:
         """Every port dark (no entry), then the program on each one's ingress."""

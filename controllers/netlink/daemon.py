@@ -26,7 +26,8 @@ from typing import Dict, List, Tuple
 from controllers.control import ControlServer
 from controllers.netlink import namespaces
 from controllers.netlink.applier import NetlinkApplier, NetlinkError
-from controllers.netlink.bpfpanel import BpfPatchPanel, TimeflowTable, load_program
+from controllers.netlink.bpfpanel import (BpfPatchPanel, TimeflowTable, attached_program_id,
+                                          load_program, take_over_program)
 from controllers.netlink.events import LinkWatcher, is_up
 from controllers.netlink.linkstats import LinkStats
 from controllers.netlink.lookup import RouteLookup
@@ -66,7 +67,12 @@ class KernelPlane:
 
     def _patch_panel(self, pid: int):
         """The BPF panel where it loads (``auto``, ``bpf``), else the mirred one:
-        ``auto`` falls back and says why (status ``panel_note``, the log)."""
+        ``auto`` falls back and says why (status ``panel_note``, the log).  A
+        successor of a dead controller takes over its BPF panel in place."""
+        if self.panel != "mirred" and self.service.resuming:
+            taken = self._take_over_panel(pid)
+            if taken is not None:
+                return taken
         if self.panel != "mirred":
             from controllers.bpf.libbpf import PanelError
 
@@ -83,6 +89,31 @@ class KernelPlane:
             else:
                 return BpfPatchPanel(namespaces.netlink_socket(pid), obj=program)
         return PatchSocket(namespaces.netlink_socket(pid))
+
+    def _take_over_panel(self, pid: int):
+        """The dead controller's BPF panel in this namespace, its maps (and so
+        its circuits) kept; None if it ran none, or it cannot be taken over
+        (the OCS then gets a new panel, its circuits dark for the reinstall)."""
+        from controllers.bpf.libbpf import PanelError
+
+        routes = namespaces.route_socket(pid)
+        sock = namespaces.netlink_socket(pid)
+        try:
+            ifindexes = [link["index"] for link in routes.get_links()]
+            program_id = attached_program_id(sock, ifindexes)
+            if program_id is None:
+                return None
+            obj = take_over_program(program_id)
+        except (PanelError, OSError) as exc:
+            LOG.warning("namespace of pid %d: the BPF panel could not be taken over (%s); "
+                        "its circuits go dark while a new one is installed", pid, exc)
+            return None
+        finally:
+            routes.close()
+            sock.close()
+        LOG.info("namespace of pid %d: took over BPF program id %d and its maps", pid,
+                 program_id)
+        return BpfPatchPanel(namespaces.netlink_socket(pid), obj=obj, taken_over=True)
 
     def _timeflow(self, pid: int):
         return lambda: TimeflowTable(namespaces.netlink_socket(pid))
