@@ -245,8 +245,8 @@ def serve(bed, planned: Sequence[Planned], settings: ServeSettings, d_credits: O
     if routed:
         lane_gate = fastlane.FastLaneGate.from_transfers(
             routed, lane_capacity=settings.lane_capacity, when_busy=settings.lane_when_busy,
-            pin=lambda fid, path: bed.control.call("pin", id=fid, path=path),
-            unpin=lambda fid: bed.control.call("unpin", id=fid))
+            pin=lambda fid, path: bed.call("pin", id=fid, path=path),
+            unpin=lambda fid: bed.call("unpin", id=fid))
         gate = fastlane.GateChain(credit_gate, lane_gate)
     told = RequestFeed(bed.feed, planned, bed.fabric, gate, credit_gate.credits, d_credits)
 

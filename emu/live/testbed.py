@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 
 from controllers.control import ChannelError, ControlClient, ControlError
 from controllers.pause import pause_at
+from controllers.service import CHANGING_OPS
 from emu.live import dataplane as planes
 from emu.live import drops, hostroutes, interrupts, ovs, shaping, state
 from emu.live.cluster import Cluster, ClusterError
@@ -210,6 +212,7 @@ class Testbed:
         self._watch: Optional[ControllerWatch] = None
         self._counters_channel: Optional[ControlClient] = None
         self._request_serial = 0
+        self._serial_lock = threading.Lock()
         self.dataplane: Optional[planes.DataPlane] = None
         self.warnings = []
         # Interfaces of links taken down on purpose: what they drop is the
@@ -828,9 +831,7 @@ class Testbed:
         Returns the controller's reply (the plan and each step's timestamp)."""
         self.check_controller()
         circuits = [list(c) for c in circuits]
-        self._request_serial += 1
-        result = self.call("reconfigure", ocs=ocs, circuits=circuits, timeout=timeout_s,
-                           request_id=f"reconfigure-{os.getpid()}-{self._request_serial}", **args)
+        result = self.call("reconfigure", ocs=ocs, circuits=circuits, timeout=timeout_s, **args)
         self.fabric.set_circuits(ocs, circuits)
         if hostroutes.needs_host_routes(self.fabric):
             self.refresh_host_routes()
@@ -925,8 +926,13 @@ class Testbed:
 
     def call(self, op: str, timeout: Optional[float] = None, **args) -> dict:
         """A control request on the runner's channel, through a controller crash
-        (`call_through_restarts`)."""
+        (`call_through_restarts`).  A request that changes the switches gets
+        an id of its own, so that a retry is carried out once."""
         self.check_controller()
+        if op in CHANGING_OPS:
+            with self._serial_lock:
+                self._request_serial += 1
+                args["request_id"] = f"{op}-{os.getpid()}-{self._request_serial}"
         return call_through_restarts(self.control, self.keeper, op, timeout=timeout, **args)
 
     # ------------------------------------------------------------ helpers

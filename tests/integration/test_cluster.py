@@ -118,8 +118,41 @@ def _start_traffic(tmp_path, server):
     return proc, lines
 
 
+# Linux binds a VXLAN device's UDP port on the wildcard address of the
+# namespace the device was made in, whatever its local address: the one
+# listener a cluster run cannot keep on loopback (GRE has none).
+VXLAN_PORT = 4789
+
+
+def _beyond_loopback(found) -> list:
+    return [item for item in found
+            if not (item.socket.table.startswith("udp") and item.socket.port == VXLAN_PORT
+                    and not item.pids)]
+
+
+def _second_servers_listeners(second) -> list:
+    """What listens beyond loopback in the second server's root namespace,
+    sshd (the user's) apart."""
+    from emu.live import listening
+
+    net_dir = f"/proc/{second.anchor_pid}/net"
+    pids = [pid for pid in localserver._server_pids(second.name)
+            if localserver._comm(pid) != "sshd"]
+    return listening.non_loopback_listeners(pids, net_dir=net_dir) + \
+        listening.kernel_listeners(net_dir=net_dir)
+
+
 def test_ctrl_c_during_traffic_leaves_nothing_on_either_server(tmp_path, server):
+    from emu.live import listening
+    from tests.integration.utils import exposed_listeners
+
+    kernel_before = listening.kernel_listeners()
     proc, lines = _start_traffic(tmp_path, server)
+    # While it runs: nothing of it listens beyond loopback on either server.
+    here = _beyond_loopback(exposed_listeners(kernel_before, runner=proc.pid))
+    there = _beyond_loopback(_second_servers_listeners(server))
+    assert not here, listening.describe(here)
+    assert not there, listening.describe(there)
     # What a terminal's Ctrl-C does: SIGINT to the whole process group.
     os.killpg(proc.pid, signal.SIGINT)
     code = proc.wait(timeout=120)

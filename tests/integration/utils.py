@@ -78,3 +78,23 @@ def run_ok(scenario: str, out: Path, *overrides: str, files=(), timeout_s: float
     for name in files:
         assert (run / name).is_file(), f"{name} missing from {run}: {sorted(os.listdir(run))}"
     return run, result
+
+
+def exposed_listeners(kernel_before=(), runner: int = None) -> list:
+    """What the testbed's processes, the ``runner`` process among them (and
+    the kernel, for the testbed: sockets that were not there before) listen
+    on beyond loopback in this machine's root namespace; empty when all is
+    well."""
+    import psutil
+
+    from emu.live import listening
+
+    pids = listening.our_pids()
+    if runner is not None:
+        pids |= {runner} | {child.pid for child in psutil.Process(runner).children(True)}
+    ours = listening.non_loopback_listeners(pids)
+    known = {(item.socket.table, item.socket.address, item.socket.port)
+             for item in kernel_before}
+    kernel = [item for item in listening.kernel_listeners()
+              if (item.socket.table, item.socket.address, item.socket.port) not in known]
+    return ours + kernel
