@@ -28,7 +28,7 @@ from controllers.openflow.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, Bas
                                          ofp_event, set_ev_cls)
 from controllers.openflow.ovs_paths import vswitchd_ctl_path
 from controllers.openflow.ovs_sync import Unixctl, flush_datapaths
-from controllers.service import FabricService
+from controllers.service import FabricService, take_over
 from topologies.fabric import Fabric
 
 LOG = logging.getLogger("fabric.app")
@@ -55,6 +55,8 @@ class LaunchSettings:
     tdf: float = 1.0
     dataplane_sync: bool = False
     sync_sockets: tuple = ()       # other servers' ovs-vswitchd, forwarded over ssh
+    state_path: str = None         # controllers.statefile, if kept
+    resume: bool = False           # take over a dead predecessor's state
 
 
 class FabricController(BaseApp):
@@ -74,7 +76,10 @@ class FabricController(BaseApp):
             sync = functools.partial(flush_datapaths, [Unixctl(p) for p in
                                                        [path, *LaunchSettings.sync_sockets]])
         self.applier = OpenFlowApplier(fabric, dataplane_sync=sync)
-        self.service = FabricService(fabric, self.applier, tdf=LaunchSettings.tdf)
+        self.service = FabricService(fabric, self.applier, tdf=LaunchSettings.tdf,
+                                     state_path=LaunchSettings.state_path)
+        if LaunchSettings.resume:
+            take_over(self.service, LaunchSettings.state_path)
         self.control = ControlServer(LaunchSettings.socket_path, self.service.handle)
         self.control.start()
         self.port_events: "queue.Queue" = queue.Queue()
