@@ -8,7 +8,7 @@ PYTHON := $(VENV)/bin/python
 SCENARIO ?= ocs-reconfig
 ARGS ?=
 
-.PHONY: setup setup-tests run test unit integration bench bench-model clean
+.PHONY: setup setup-tests run test unit integration vm-test bench bench-model clean
 
 setup:
 	./bootstrap.sh
@@ -28,6 +28,12 @@ unit: setup
 
 integration: setup-tests
 	$(PYTHON) -m pytest tests/integration -v
+
+# OVS's kernel datapath and netem, which this machine's kernel lacks: the
+# `vm` tests (tests/vm) in a Debian 12 VM under qemu's software emulation
+# (vm/run-test). Not part of `make test`; see README.md.
+vm-test:
+	vm/run-test
 
 bench: setup
 	$(PYTHON) bench/fidelity
