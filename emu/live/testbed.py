@@ -49,9 +49,14 @@ from topologies.naming import ROUTER_MAC, SWITCH_PREFIX, machine_name
 from traffic import ports
 from traffic.scale import Scale
 
-CONTROLLER_START_TIMEOUT_S = 30.0
-SWITCHES_READY_TIMEOUT_S = 120.0
-LINK_CHANGE_TIMEOUT_S = 10.0
+# The start-up waits are sized for a machine's own cores.  Under software
+# emulation (`make vm-test`: qemu TCG, one vCPU) everything runs tens of
+# times slower, and the controller alone took over 30 s to start there, so
+# vm/guest-init scales them with FABRIC_EMU_TIMEOUT_FACTOR (default 1).
+TIMEOUT_FACTOR = float(os.environ.get("FABRIC_EMU_TIMEOUT_FACTOR") or 1.0)
+CONTROLLER_START_TIMEOUT_S = 30.0 * TIMEOUT_FACTOR
+SWITCHES_READY_TIMEOUT_S = 120.0 * TIMEOUT_FACTOR
+LINK_CHANGE_TIMEOUT_S = 10.0 * TIMEOUT_FACTOR
 QUEUE_MS = 50.0
 # Measured here: 9000-byte frames did not lower ovs-vswitchd's CPU for
 # eight concurrent flows (its userspace datapath copies every byte) and made
