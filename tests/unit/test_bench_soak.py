@@ -8,7 +8,6 @@ import importlib.util
 import math
 import os
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -136,33 +135,41 @@ def test_the_table_refuses_a_process_it_does_not_know(bench):
         bench.SoakTable().add(bench.Sample(0, "tcpdump", 1, 1, 1))
 
 
-def test_the_sampler_takes_minute_zero_to_the_last_then_says_done(bench):
-    table = bench.SoakTable()
-    seen = []
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_sampler_takes_each_minute_once_between_rounds_then_says_done(bench):
+    table, seen, clock = bench.SoakTable(), [], _Clock()
     sampler = bench.MinuteSampler(lambda: {"runner": os.getpid(), "controller": None,
                                            "ovs-vswitchd": None},
-                                  3, table, on_minute=seen.append, interval_s=0.01).start()
-    assert sampler.done.wait(5)
-    sampler.stop()
-    assert seen == [0, 1, 2, 3] and table.minutes() == [0, 1, 2, 3]
+                                  3, table, on_minute=seen.append, interval_s=60,
+                                  clock=clock).start()
+    sampler.poll()
+    assert seen == [0], "minute 0 as serving starts"
+    clock.now = 59.0
+    sampler.poll()
+    assert seen == [0], "no minute before its time"
+    clock.now = 61.0
+    sampler.poll()
+    sampler.poll()
+    assert seen == [0, 1], "each minute once"
+    clock.now = 200.0           # a round that spanned two minutes
+    sampler.poll()
+    assert seen == [0, 1, 2, 3] and sampler.done
+    assert table.minutes() == [0, 1, 2, 3]
     me = table.get(3, "runner")
     assert me.pid == os.getpid() and me.rss_bytes > 0 and me.fds > 0
     assert table.get(3, "controller").pid is None
-    assert sampler.error is None
 
 
-def test_a_sampler_stopped_early_stops_and_one_that_fails_says_why(bench):
-    sampler = bench.MinuteSampler(lambda: {}, 30, bench.SoakTable(), interval_s=60).start()
-    stopper = threading.Timer(0.05, sampler.stop)
-    stopper.start()
-    assert sampler.done.wait(5), "stop() must not wait for the next minute"
-
-    def broken():
-        raise RuntimeError("no /proc")
-
-    failing = bench.MinuteSampler(broken, 3, bench.SoakTable(), interval_s=0.01).start()
-    assert failing.done.wait(5)
-    assert isinstance(failing.error, RuntimeError)
+def test_a_sampler_polled_before_it_started_says_so(bench):
+    with pytest.raises(RuntimeError, match="before start"):
+        bench.MinuteSampler(lambda: {}, 3, bench.SoakTable()).poll()
 
 
 def test_a_gone_process_is_sampled_as_not_running(bench):
