@@ -4,6 +4,21 @@ the ``vm`` marker of the kernel-datapath tests (tests/vm, `make vm-test`)."""
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The fuzz tests (tests/unit/test_fuzz_*.py).  "ci", the default, is fixed-seed and
+# keeps no example database, so every run tries the same examples and leaves
+# nothing in the checkout; "deep" tries ten times as many, new ones each run:
+# HYPOTHESIS_PROFILE=deep.  At this count CI's whole fuzz suite takes about a
+# minute; the tests that draw a report per example take a share of it
+# (tests/unit/fuzzing.py).
+CI_EXAMPLES = 60
+settings.register_profile("ci", max_examples=CI_EXAMPLES, derandomize=True, deadline=None,
+                          database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("deep", max_examples=10 * CI_EXAMPLES, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # vm/guest-init sets it: in the test VM a missing kernel module is a failure,
 # not a reason to skip.
