@@ -31,6 +31,8 @@ The graph is a ``networkx.MultiGraph`` because fabrics have parallel links
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
@@ -45,6 +47,12 @@ Circuit = Tuple[int, int]
 
 #: GPUs per server of the texts' full-scale fabrics (eight-GPU servers).
 TEXT_GPUS_PER_SERVER = 8
+
+#: The most nodes a fabric may have: sixteen times the 16,384 GPUs of the largest
+#: fabric built here (for the flow-level model).  A builder asked for more
+#: (``fattree,k=1000`` from a command line) would take hours and all the memory
+#: before any other check could refuse it; at this cap it fails in seconds.
+MAX_NODES = 1 << 18
 
 
 class FabricError(ValueError):
@@ -107,6 +115,7 @@ class Fabric:
 
     # ------------------------------------------------------------ building
     def add_host(self, role: str = "gpu", **coords) -> str:
+        self._check_room()
         self._counts[HOST] += 1
         index = self._counts[HOST]
         name = f"h{index}"
@@ -143,6 +152,11 @@ class Fabric:
             medium = "ocs" if OCS in (self.kind(u), self.kind(v)) else "electrical"
         if medium not in MEDIA:
             raise FabricError(f"medium {medium!r} not one of {MEDIA}")
+        # A zero, negative or unbounded rate would reach the shaping of every
+        # emulated link (and divide by zero in the scale) rather than be refused.
+        if not 0 < float(gbps) < math.inf:
+            raise FabricError(f"{self.name}: link {u}-{v}: gbps={gbps!r}; a link's rate "
+                              "must be a positive finite number of Gbit/s")
         pu, pv = self._take_port(u), self._take_port(v)
         self.graph.add_edge(u, v, ports={u: pu, v: pv}, gbps=float(gbps), medium=medium)
         return pu, pv
@@ -155,7 +169,14 @@ class Fabric:
         self._next_port[node] = port + 1
         return port
 
+    def _check_room(self) -> None:
+        if len(self.graph) >= MAX_NODES:
+            raise FabricError(f"{self.name}: more than {MAX_NODES:,} nodes; these parameters "
+                              f"({', '.join(f'{k}={v}' for k, v in self.params.items())}) "
+                              "ask for a fabric too large to build")
+
     def _take_dpid(self) -> int:
+        self._check_room()          # every switch, packet or circuit, takes a dpid
         dpid = self._next_dpid
         self._next_dpid += 1
         return dpid

@@ -42,12 +42,13 @@ PLACEMENTS = ("core", "edge")
 
 def layout(gpus: int, radix: int, ratio: float, at: str, tiers: int) -> Tuple[clos.ClosPlan, int]:
     """(tier plan, hosts per leaf) for the parameters."""
+    name = "fattree-os" if ratio != 1.0 else "clos"     # the name `build` gives it
     if gpus < 2 or radix < 4 or radix % 2:
-        raise FabricError(f"fattree-os: need gpus >= 2 and an even radix >= 4, got {gpus}, {radix}")
+        raise FabricError(f"{name}: need gpus >= 2 and an even radix >= 4, got {gpus}, {radix}")
     if ratio < 1.0:
-        raise FabricError(f"fattree-os: ratio must be >= 1 (1 = non-blocking), got {ratio}")
+        raise FabricError(f"{name}: ratio must be >= 1 (1 = non-blocking), got {ratio}")
     if at not in PLACEMENTS:
-        raise FabricError(f"fattree-os: at={at!r} not one of {PLACEMENTS}")
+        raise FabricError(f"{name}: at={at!r} not one of {PLACEMENTS}")
     half = radix // 2
     oversubscribed = clos.split_ports(radix, ratio)
     two_tier_down = oversubscribed[0]
@@ -68,6 +69,8 @@ def build(gpus: int = 24, radix: int = 8, ratio: float = 3.0, at: str = "core",
           gbps: float = 400.0, gpus_per_server: int = 8, tiers: int = 0) -> Fabric:
     shape, leaf_down = layout(gpus, radix, ratio, at, tiers)
     name = "fattree-os" if ratio != 1.0 else "clos"
+    if gpus_per_server < 1:     # it numbers the servers: 0 divided by zero, < 0 made them negative
+        raise FabricError(f"{name}: gpus_per_server must be >= 1, got {gpus_per_server}")
     fabric = Fabric(name, params={"gpus": gpus, "radix": radix, "ratio": ratio, "at": at,
                                   "gbps": gbps, "gpus_per_server": gpus_per_server,
                                   "tiers": shape.tiers})

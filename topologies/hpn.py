@@ -39,7 +39,8 @@ PLANES = 2
 
 def layout(gpus: int, gpus_per_server: int, radix: int) -> Tuple[int, int, int]:
     """(segments, ToRs per plane, aggs per plane)."""
-    if radix < 2 or radix % 2 or gpus_per_server < 1 or gpus % gpus_per_server:
+    # gpus < 1 passed as zero whole servers, and built a fabric without hosts.
+    if radix < 2 or radix % 2 or gpus_per_server < 1 or gpus < 1 or gpus % gpus_per_server:
         raise FabricError(f"hpn: need an even radix and whole servers, got gpus={gpus}, "
                           f"gpus_per_server={gpus_per_server}, radix={radix}")
     segments = math.ceil(gpus // gpus_per_server / radix)

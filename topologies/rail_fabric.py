@@ -110,7 +110,12 @@ def switch_links(switches: int = 8, degree: int = 2, fast_lanes: int = 1, d_swit
             lanes = [(p, heavy[(i * fast_lanes + t) % len(heavy)])
                      for i, p in enumerate(light) for t in range(fast_lanes)]
         elif fast_lanes:
-            lanes = list(nx.random_regular_graph(fast_lanes, switches, seed=seed + attempt).edges())
+            try:
+                lanes = list(nx.random_regular_graph(fast_lanes, switches,
+                                                     seed=seed + attempt).edges())
+            except nx.NetworkXError as exc:     # no such graph: no other seed makes one
+                raise FabricError(f"rail-fabric: {fast_lanes} fast lanes on each of {switches} "
+                                  f"switches: {exc}") from None
         else:
             lanes = []
         union = nx.MultiGraph(list(graph.edges()) + lanes)
@@ -141,6 +146,10 @@ def build(switches: int = 8, downlinks: int = 4, degree: int = 2, fast_lanes: in
           seed: int = 1, gpus_per_server: int = 8) -> Fabric:
     if gpus_per_server < 1:
         raise FabricError(f"rail-fabric: gpus_per_server must be >= 1, got {gpus_per_server}")
+    if downlinks < 1:           # built a fabric of switches without one host
+        raise FabricError(f"rail-fabric: downlinks must be >= 1, got {downlinks}")
+    if fast_lanes < 0:          # was taken as none
+        raise FabricError(f"rail-fabric: fast_lanes must be >= 0, got {fast_lanes}")
     heavy, down, _ = _degrees(switches, downlinks, degree, d_switches, d_downlinks, d_degree)
     expander, lanes = switch_links(switches, degree, fast_lanes, d_switches, d_degree, seed,
                                    downlinks, d_downlinks)

@@ -15,6 +15,7 @@ scenario file is checked before anything is created.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Dict, List, Optional, Tuple
@@ -86,6 +87,15 @@ def entry(name: str) -> FabricEntry:
 
 
 def _coerce(fabric: str, key: str, value, default):
+    value = _coerce_type(fabric, key, value, default)
+    # nan fails no bound a builder checks (every comparison is false), and nan
+    # or inf would be built into the links' rates as they are.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FabricError(f"{fabric}: {key}={value!r} is not a finite number")
+    return value
+
+
+def _coerce_type(fabric: str, key: str, value, default):
     if isinstance(value, str) and default is not None and not isinstance(default, str):
         kind = type(default)
         try:
@@ -102,6 +112,9 @@ def _coerce(fabric: str, key: str, value, default):
                 return kind(value)
             except ValueError:
                 pass
+        # A parameter without a default is an optional count (hosts_per_edge):
+        # handed on as text, it failed inside the builder with a TypeError.
+        raise FabricError(f"{fabric}: {key}={value!r} is not a number")
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if default is not None and not isinstance(value, type(default)) \
@@ -117,7 +130,13 @@ def parse_spec(spec: str) -> Tuple[str, Dict[str, str]]:
         if "=" not in pair:
             raise FabricError(f"fabric spec {spec!r}: {pair!r} is not key=value")
         key, value = pair.split("=", 1)
-        kwargs[key.strip()] = value.strip()
+        key = key.strip()
+        # "k=4,k=8" is a typo or a paste, not a choice: the last one winning
+        # silently would build a fabric nobody asked for.
+        if key in kwargs:
+            raise FabricError(f"fabric spec {spec!r}: key {key!r} is given more than once "
+                              f"({key}={kwargs[key]!r} and {key}={value.strip()!r})")
+        kwargs[key] = value.strip()
     return name, kwargs
 
 
@@ -136,7 +155,13 @@ def check_args(name: str, kwargs: dict) -> Dict[str, object]:
 def build(spec: str, **overrides) -> Fabric:
     name, kwargs = parse_spec(spec)
     kwargs.update(overrides)
-    return entry(name).build(**check_args(name, kwargs))
+    fabric = entry(name).build(**check_args(name, kwargs))
+    # Whatever a builder lets through, a fabric without hosts is no fabric to
+    # run on (hpn,gpus=0 built one, and every experiment failed on it later).
+    if not fabric.hosts:
+        given = ", ".join(f"{k}={v}" for k, v in kwargs.items()) or "the defaults"
+        raise FabricError(f"{name}: these parameters ({given}) build a fabric without hosts")
+    return fabric
 
 
 def parameters(name: str) -> Dict[str, object]:

@@ -63,6 +63,8 @@ class Shape:
 def layout(pods: int, train_pods: int, servers_per_pod: int, gpus_per_server: int,
            radix: int, core_uplinks: int) -> Shape:
     per_tor = radix // 2
+    if gpus_per_server < 1:     # 0 divided by zero below
+        raise FabricError(f"rfabric: gpus_per_server must be >= 1, got {gpus_per_server}")
     if radix < 4 or radix % 2 or per_tor % gpus_per_server:
         raise FabricError(f"rfabric: radix/2 = {per_tor} GPU ports must hold whole servers of "
                           f"{gpus_per_server} GPUs (and radix >= 4 even)")

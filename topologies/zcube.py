@@ -110,6 +110,8 @@ def layer_radix(n: int, k: int, layer: int) -> int:
 
 def build(n: int = 4, k: int = 2, gbps: float = 200.0, gpus_per_server: int = 8) -> Fabric:
     _check(n, k)
+    if gpus_per_server < 1:     # it numbers the servers: 0 divided by zero, < 0 made them negative
+        raise FabricError(f"zcube: gpus_per_server must be >= 1, got {gpus_per_server}")
     params: Dict[str, object] = {"n": n, "gbps": gbps, "gpus_per_server": gpus_per_server}
     if k != 2:
         params["k"] = k           # ZCube(n, 2) keeps the parameters (and JSON) it always had
