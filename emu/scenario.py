@@ -184,11 +184,17 @@ def load(name_or_path: str, overrides: Sequence[str] = ()) -> Scenario:
     path = resolve_path(name_or_path)
     where = str(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{where}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:   # TOML is UTF-8; this was a traceback
+        raise ScenarioError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            "TOML files are UTF-8") from None
+    except OSError as exc:
+        raise ScenarioError(f"{where}: cannot be read: {exc.strerror or exc}") from None
     kind = raw.get("scenario", {}).get("kind") if isinstance(raw.get("scenario"), dict) else None
-    if kind not in EXPERIMENTS:
+    # A list or table there is no kind either (it failed unhashable in the lookup).
+    if not isinstance(kind, str) or kind not in EXPERIMENTS:
         raise ScenarioError(f"{where}: key 'scenario.kind' is {kind!r}; allowed: "
                             f"{', '.join(sorted(EXPERIMENTS))}")
     schema = schema_for(kind)
