@@ -11,6 +11,7 @@ time-dilation factor, so that it keeps its proportion to dilated traffic.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set
 
@@ -34,10 +35,21 @@ TECHNOLOGIES: Dict[str, Technology] = {
     "robotic": Technology("Robotic (Telescent)", 120000.0, 1008),
 }
 CUSTOM = "custom"
+# The longest dark window a reconfiguration may sleep through, emulated seconds:
+# time.sleep's own limit is about 9.2e9 s, and a longer window failed with an
+# OverflowError after its circuits were torn.
+MAX_DARK_S = 1e9
 
 
 def delay_ms_for(technology: str, delay_ms: Optional[float] = None) -> float:
     """Real-world reconfiguration delay of a preset, or a custom delay."""
+    # A control request is JSON: NaN passed the check below and the dark
+    # window never ended (the controller spun, holding its reconfiguration
+    # lock); a string or true failed mid-way with a TypeError.
+    if delay_ms is not None and (isinstance(delay_ms, bool)
+                                 or not isinstance(delay_ms, (int, float))
+                                 or not math.isfinite(delay_ms)):
+        raise FabricError(f"delay_ms must be a finite number of milliseconds, got {delay_ms!r}")
     if delay_ms is not None and delay_ms < 0:
         raise FabricError(f"delay_ms must be >= 0, got {delay_ms}")
     if technology == CUSTOM:
@@ -128,6 +140,10 @@ class OcsCore:
         node = self.fabric.graph.nodes[self.name]
         real_ms = delay_ms_for(node["technology"],
                                delay_ms if delay_ms is not None else node.get("delay_ms"))
+        if not real_ms * self.tdf / 1000.0 <= MAX_DARK_S:
+            raise FabricError(f"{self.name}: delay_ms={real_ms:g} at tdf {self.tdf:g} is a dark "
+                              f"window of {real_ms * self.tdf / 1000.0:.3g} s; at most "
+                              f"{MAX_DARK_S:.0e} s")
         return ReconfigPlan(ocs=self.name, keep=self.circuits & target,
                             tear=self.circuits - target, light=target - self.circuits,
                             delay_real_ms=real_ms, delay_emulated_s=real_ms * self.tdf / 1000.0,

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import Dict, FrozenSet, List, Optional, Protocol, Sequence, Set, Tuple, Union
 
+from controllers import arguments
 from controllers.control import Watch
 from controllers.eps_core import EpsCore
 from controllers.eventhub import EventHub
@@ -442,6 +443,10 @@ class FabricService:
     def _handle(self, request: dict) -> Union[dict, Watch]:
         op = request.get("op")
         args = {k: v for k, v in request.items() if k != "op"}
+        operation = getattr(self, "paths" if op == "paths" else f"do_{op}", None) \
+            if op in OPS else None
+        if operation is not None:
+            arguments.check(op, operation, args)
         if op == "status":
             return self.status()
         if op == "state":

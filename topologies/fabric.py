@@ -249,10 +249,19 @@ class Fabric:
         radix = self.graph.nodes[ocs]["radix"]
         used: Set[int] = set()
         result: Set[Circuit] = set()
+        # Circuits come from control requests too (JSON): "14" was read as ports
+        # 1 and 4, [1.5, 3] lit 1-3, and a number failed as "not iterable".
+        if isinstance(circuits, (str, bytes, dict)) or not hasattr(circuits, "__iter__"):
+            raise FabricError(f"circuits on {ocs} must be a list of port pairs, got {circuits!r}")
         for pair in circuits:
-            pair = tuple(pair)
-            if len(pair) != 2:
+            if isinstance(pair, (str, bytes, dict)) or not hasattr(pair, "__iter__") \
+                    or len(tuple(pair)) != 2:
                 raise FabricError(f"circuit {pair!r} on {ocs} is not a port pair")
+            pair = tuple(pair)
+            for port in pair:
+                if isinstance(port, bool) or not isinstance(port, numbers.Integral):
+                    raise FabricError(f"circuit {list(pair)!r} on {ocs}: port {port!r} is not "
+                                      "an integer")
             circuit = normalize_circuit(*pair)
             for port in circuit:
                 if not 1 <= port <= radix:

@@ -297,7 +297,7 @@ def test_pin_and_unpin_as_control_ops_of_the_service(rail):
     assert paths(network, path[0], path[-1]) == [path]
     with pytest.raises(FabricError, match="already pinned"):
         service.handle({"op": "pin", "id": "r2-r0", "path": before[0]})
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="op 'unpin': unknown argument 'pin'; allowed: id"):
         service.handle({"op": "unpin", "pin": "r1-r0"})
     assert service.handle({"op": "unpin", "id": "r1-r0"})["switches"] == sorted(path[1:-1])
     assert paths(network, path[0], path[-1]) == before
