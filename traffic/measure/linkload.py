@@ -68,7 +68,7 @@ from scapy.utils import RawPcapReader
 from topologies.fabric import HOST, Fabric
 from topologies.naming import SWITCH_PREFIX, interface, link_mbps
 from traffic.kvflows import link_id
-from traffic.measure.pcap import LINKTYPE_LINUX_SLL2, _timestamp_and_linktype
+from traffic.measure.pcap import LINKTYPE_LINUX_SLL2, _timestamp_and_linktype, check_bins
 
 SLL2_HEADER = 20
 ETHERNET_HEADER = 14
@@ -512,6 +512,8 @@ def analyse_parts(parts: Sequence[Tuple[object, Union[Mapping[int, str], str, Pa
         if end is not None:
             # A window given up front keeps its empty bins at the end too.
             high = max(high, math.ceil((end - origin) / bin_s) - 1)
+        check_bins(high - low + 1, bin_s, result.bin_start,
+                   "the packets of " + ", ".join(str(path) for path, _ in parts))
     duration = result.duration_s
     for u, v, data in fabric.graph.edges(data=True):
         for src, dst in ((u, v), (v, u)):

@@ -47,6 +47,11 @@ LINKTYPE_LINUX_SLL2 = 276
 _ETHERTYPE_IPV4 = 0x0800
 _ETHERTYPE_VLAN_TAGS = (0x8100, 0x88A8, 0x9100)
 
+#: The most bins a time series may have (11.6 days of 1 s bins, 17 minutes of
+#: 1 ms ones).  One corrupt timestamp years away from the others asked for
+#: billions, and filled the memory before anything was refused.
+MAX_BINS = 1_000_000
+
 _PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp"}
 _PROTO_NUMBERS = {"tcp": 6, "udp": 17}
 
@@ -282,6 +287,7 @@ def throughput_series(records: Iterable[PacketRecord], interval_s: float,
             raise ValueError(f"end ({end}) must not be before start ({start})")
         bins = math.ceil((end - start) / interval_s)
     bins = max(bins, 0)
+    check_bins(bins, interval_s, start, "the packets")
     totals = [0] * bins
     for ts, length in points:
         if ts < start or (end is not None and ts >= end):
@@ -291,6 +297,14 @@ def throughput_series(records: Iterable[PacketRecord], interval_s: float,
             totals[index] += length
     return [(start + index * interval_s, total * 8 / interval_s / 1e6)
             for index, total in enumerate(totals)]
+
+
+def check_bins(bins: int, bin_s: float, start: float, what: str) -> None:
+    """Refuse a series of more than `MAX_BINS` bins, saying what spans it."""
+    if bins > MAX_BINS:
+        raise ValueError(f"{what} span {bins * bin_s:.6g} s from {start:.6f}: {bins:,} bins "
+                         f"of {bin_s:g} s, more than {MAX_BINS:,}; a capture's time is "
+                         "corrupt, or the bins are too narrow")
 
 
 def find_gaps(timestamps: Iterable[float], threshold_s: float,
