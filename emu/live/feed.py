@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from pathlib import Path
@@ -97,9 +98,11 @@ def read_events(path: Path) -> List[dict]:
     run) is skipped."""
     events = []
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return events
+    except UnicodeDecodeError as exc:   # a feed writes ASCII: this is no feed's file
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -111,5 +114,11 @@ def read_events(path: Path) -> List[dict]:
             raise ValueError(f"{path}: line {number} is not JSON") from None
         if not isinstance(event, dict) or "kind" not in event or "t" not in event:
             raise ValueError(f"{path}: line {number} is not an event (needs 'kind' and 't')")
+        # Events are put in time order: a 't' that is no number failed the sort
+        # with a TypeError, and a NaN one left the order undefined.
+        t = event["t"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise ValueError(f"{path}: line {number}: 't' must be a finite number of "
+                             f"seconds, got {t!r}")
         events.append(event)
     return sorted(events, key=lambda e: e["t"])

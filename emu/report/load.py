@@ -106,9 +106,12 @@ def load_result(run_dir) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"no {RESULT_FILE} in {run_dir}: not a run folder?")
     try:
-        result = json.loads(path.read_text())
+        result = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
+    except UnicodeDecodeError as error:     # its message named no file
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte "
+                         f"{error.start})") from None
     if not isinstance(result, dict):
         raise ValueError(f"{path}: top level must be an object")
     if not isinstance(result.get("scenario"), str):
@@ -120,8 +123,15 @@ def load_result(run_dir) -> dict:
                 and not isinstance(result[key], kind):
             raise _fail(path, key, f"must be a JSON {kind.__name__.replace('dict', 'object')}")
     timeline = result.get("timeline") or {}
+    # Iterated below and by the plots: a number there failed as "not iterable".
+    for key, value in (("timeline.series", timeline.get("series")),
+                       ("timeline.dark_windows", timeline.get("dark_windows"))):
+        if value is not None and not isinstance(value, list):
+            raise _fail(path, key, "must be a JSON list")
     for index, series in enumerate(timeline.get("series") or []):
-        if not isinstance(series, dict) or not isinstance(series.get("points"), list):
+        if not isinstance(series, dict) or not isinstance(series.get("points"), list) \
+                or not all(isinstance(point, list) and len(point) == 2
+                           and all(_is_number(v) for v in point) for point in series["points"]):
             raise _fail(path, f"timeline.series[{index}]",
                         "must be an object with 'label' and 'points' [[t_rel_s, mbps], ...]")
     for index, window in enumerate(timeline.get("dark_windows") or []):
@@ -134,6 +144,12 @@ def load_result(run_dir) -> dict:
             raise _fail(path, f"steps[{index}]",
                         "must be an object with 'label' and numeric 'duration_s'")
     return result
+
+
+def _is_number(value) -> bool:
+    """A finite JSON number (an infinite one left the plot's axis no limits)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 def scale_of(result: dict, path: Path = Path(RESULT_FILE)) -> Scale:
@@ -150,10 +166,13 @@ def _number(text: str, kind, path: Path, row: int, column: str):
     if text == "" or text.lower() in ("none", "null", "nan"):
         return None
     try:
-        return kind(float(text)) if kind is int else kind(text)
+        value = float(text)
+        if not math.isfinite(value):    # "1e400" as an int was an OverflowError
+            raise ValueError
+        return kind(value) if kind is int else value
     except ValueError:
         raise ValueError(f"{path}: row {row}, column '{column}': "
-                         f"{text!r} is not a number") from None
+                         f"{text!r} is not a finite number") from None
 
 
 def load_flows(run_dir) -> Optional[List[FlowRow]]:
@@ -161,7 +180,17 @@ def load_flows(run_dir) -> Optional[List[FlowRow]]:
     path = Path(run_dir) / FLOWS_FILE
     if not path.is_file():
         return None
-    with path.open(newline="") as handle:
+    try:
+        return _read_flows(path)
+    except UnicodeDecodeError as error:     # these named no file
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte "
+                         f"{error.start})") from None
+    except csv.Error as error:
+        raise ValueError(f"{path}: not CSV ({error})") from None
+
+
+def _read_flows(path: Path) -> List[FlowRow]:
+    with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in FLOW_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
@@ -169,6 +198,10 @@ def load_flows(run_dir) -> Optional[List[FlowRow]]:
                              f"expected {list(FLOW_COLUMNS)}")
         flows = []
         for row_number, row in enumerate(reader, start=2):
+            short = [c for c in FLOW_COLUMNS if row[c] is None]
+            if short:   # csv leaves the fields of a short row None: .strip() failed on them
+                raise ValueError(f"{path}: row {row_number} has no value for column(s) "
+                                 f"{short}")
             flows.append(FlowRow(
                 id=row["id"], src=row["src"], dst=row["dst"],
                 bytes=_number(row["bytes"], int, path, row_number, "bytes"),

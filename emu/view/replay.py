@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List
 
 from emu.live.feed import EVENTS_FILE, read_events
+from emu.view.event_check import EventError, check_event
 from emu.view.state import ViewState, load_events
 
 LOAD_FILE = "load.csv"
@@ -32,6 +33,17 @@ def load_run(run_dir: Path) -> ViewState:
                           "view existed, cannot be replayed)")
     try:
         events = read_events(events_path)
+    except (OSError, ValueError) as exc:
+        raise ReplayError(str(exc)) from None
+    # Checked now, not when the page asks for the moment an event shows (see
+    # `emu.view.event_check`).
+    for event in events:
+        try:
+            check_event(event)
+        except EventError as exc:
+            raise ReplayError(f"{events_path}: the {event['kind']!r} event at "
+                              f"t={event['t']}: {exc}") from None
+    try:
         for path in load_files(run_dir):
             events += load_events(path)
     except (OSError, ValueError) as exc:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -407,17 +408,36 @@ def _credits(credits: Dict[str, dict], requests: Dict[str, dict]) -> List[dict]:
 # ------------------------------------------------------------ a finished run's files
 def load_events(path: Path) -> List[dict]:
     """``load.csv`` (`emu.live.loadlog`) as the load events the live feed carried."""
-    samples: Dict[str, List[list]] = {}
-    with open(path, newline="") as stream:
-        reader = csv.DictReader(stream)
-        missing = {"t", "node", "port", "peer", "peer_port", "mbps"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                samples.setdefault(row["t"], []).append(
-                    [row["node"], int(row["port"]), row["peer"], int(row["peer_port"]),
-                     float(row["mbps"])])
-            except (TypeError, ValueError):
-                raise ValueError(f"{path}: line {line} is not a load sample: {row}") from None
-    return [{"kind": "load", "t": float(t), "links": links} for t, links in samples.items()]
+    samples: Dict[str, Tuple[float, List[list]]] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as stream:
+            reader = csv.DictReader(stream)
+            missing = {"t", "node", "port", "peer", "peer_port", "mbps"} \
+                - set(reader.fieldnames or [])
+            if missing:
+                raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
+            for line, row in enumerate(reader, start=2):
+                # The time is read here too: read after the loop, a bad one
+                # failed without naming the file or the line.
+                try:
+                    t, sample = _load_sample(row)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{path}: line {line} is not a load sample: "
+                                     f"{row}") from None
+                samples.setdefault(row["t"], (t, []))[1].append(sample)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except csv.Error as exc:
+        raise ValueError(f"{path}: line {reader.line_num}: {exc}") from None
+    return [{"kind": "load", "t": t, "links": links} for t, links in samples.values()]
+
+
+def _load_sample(row: dict) -> Tuple[float, list]:
+    """(time, [node, port, peer, peer_port, Mbit/s]) of a load.csv row; ValueError if
+    a field is missing (a short row) or no finite number where one belongs."""
+    if any(row.get(key) is None for key in ("t", "node", "port", "peer", "peer_port", "mbps")):
+        raise ValueError("a field is missing")
+    t, mbps = float(row["t"]), float(row["mbps"])
+    if not (math.isfinite(t) and math.isfinite(mbps)):
+        raise ValueError("not a finite number")
+    return t, [row["node"], int(row["port"]), row["peer"], int(row["peer_port"]), mbps]
