@@ -31,6 +31,7 @@ from emu.live.cluster import Cluster, ClusterError
 from emu.live import interrupts
 from emu.live.feed import EVENTS_FILE, RunFeed
 from emu.live.state import AlreadyRunning
+from emu.results_space import ResultsFolderError, check_results_folder, estimate_run_bytes
 from emu.schema import ScenarioError
 from topologies.partition import PlacementError, place_fabric
 
@@ -120,6 +121,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             except (ClusterError, PlacementError) as exc:
                 print(f"emu.run: {scenario.where}: {exc}", file=sys.stderr)
                 return EXIT_BAD_INPUT
+    try:
+        # Before the run folder, the lock or the testbed exist: a folder that
+        # cannot take the run fails it now, not in the middle of its captures.
+        check_results_folder(Path(args.out), estimate_run_bytes(scenario))
+    except ResultsFolderError as exc:
+        print(f"emu.run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     web = WebSetting(args.web, args.web_port)
     if args.cli:
         return lab(scenario, Path(args.out), args.cli_script, web)
