@@ -69,11 +69,34 @@ short_json = json_values.filter(lambda value: not isinstance(value, (int, float)
                                 or isinstance(value, bool) or not value > 1000)
 
 
+# Requests the controller carries out, for a start: the fuzzing then changes an
+# argument of one now and then, so that what is accepted is tried as often as
+# what is refused.
+LINKS = [("s1", "h1"), ("s1", "h2"), ("s2", "h3"), ("o1", "s1"), ("o1", "s2")]
+VALID = {
+    "link": st.tuples(st.sampled_from(LINKS), st.booleans()).map(
+        lambda link: {"u": link[0][0], "v": link[0][1], "up": link[1]}),
+    "reconfigure": st.tuples(st.sampled_from([[[1, 4], [2, 3]], [[2, 3]], [], [[1, 2], [3, 4]]]),
+                             st.none() | st.floats(0, 50)).map(
+        lambda plan: {"ocs": "o1", "circuits": plan[0], "delay_ms": plan[1]}),
+    "preset": st.sampled_from(list(TECHNOLOGIES)).map(
+        lambda name: {"ocs": "o1", "technology": name}),
+    "pin": st.sampled_from([["h1", "s1", "h2"], ["h3", "s2", "h4"]]).map(
+        lambda path: {"id": "p1", "path": path}),
+    "unpin": st.just({"id": "p1"}),
+}
+
+
 @st.composite
 def requests(draw):
-    op = draw(st.sampled_from(OPS + ("nope", "", "STATUS")))
+    op = draw(st.sampled_from(OPS + ("nope", "", "STATUS")) | st.sampled_from(sorted(VALID)))
     request = {"op": op}
-    for key in draw(st.lists(st.sampled_from(sorted(ARGUMENTS)), max_size=4, unique=True)):
+    if op in VALID and draw(st.booleans()):
+        request.update(draw(VALID[op]))
+        keys = draw(st.lists(st.sampled_from(sorted(ARGUMENTS)), max_size=1))
+    else:
+        keys = draw(st.lists(st.sampled_from(sorted(ARGUMENTS)), max_size=4, unique=True))
+    for key in keys:
         request[key] = draw(ARGUMENTS[key] if draw(st.integers(0, 4)) else short_json)
     if draw(st.integers(0, 9)) == 0:
         request[draw(hostile_text)] = draw(json_values)
