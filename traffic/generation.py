@@ -98,13 +98,52 @@ payload of its decode steps, 2 per layer per step, each of b_step x h x beta:
   tp_bytes = sum over its steps of 2 x L x b_step x h x beta
            = 2 x L x h x beta x tokens it generated in the segment
   (0 when t = 1), tp_ops = 2 x L x its steps in the segment.
+
+Attention-FFN disaggregation inside an instance (`AFSplit`, ``af`` of
+`simulate`; None: off, everything above unchanged).  This layout is the
+testbed's own assumption (OrchestrRL's abstract says nothing of it;
+`traffic.workload`'s A/F splits whole replicas instead, which cannot switch
+TP one instance at a time): an instance of TP t holds A = t x a/(a+f)
+attention lanes, its positions 0..A-1, which hold the KV and run attention
+(TP over the A lanes, KV heads sharded over them), and F = t - A FFN lanes,
+positions A..t-1, which hold the experts/FFN weights.  A and F must be whole
+and >= 1 for t = tp and for switch_tp (`AFSplit.lanes`).
+  * Lane roles survive a widening: with `merge_order`, position q = l x m + i
+    is lane l of merged instance i, and q < t' x a/(a+f) = m x A exactly when
+    l < A (A whole, i < m), so the new attention lanes are the old ones.  Each
+    role's weights are sharded over its own lanes, and the containment above
+    holds per role: a widening still moves 0 weight bytes.
+  * KV moves only between attention lanes: `kv_reshard` runs on the
+    attention lanes (old A -> new m x A): a widening by m moves (m - 1)/m of
+    every running sequence's KV, each new attention lane l x m + i fetching
+    the KV/(m x A) it lacks from old attention lane l.  A rebalance moves a
+    sequence's KV attention lane l -> attention lane l, (p + generated) x kv /
+    A per lane, l < A.
+  * Decode time: T(t, b) unchanged.  Assumption: the split moves the same
+    work to other GPUs of the instance, and the dispatch/combine overlap
+    with compute (ping-pong micro-batches, as MegaScale-Infer).
+  * Decode traffic, per instance per segment: instead of the all-reduce over
+    all t lanes, the M2N between its attention and FFN lanes -- per layer
+    per decode step a dispatch (attention -> FFN) and a combine (FFN ->
+    attention) of the step's tokens' activations, b_step x h x beta each way
+    in total, split evenly over the A x F lane pairs:
+      af_bytes = L x h x beta x tokens it generated in the segment, each way,
+      per (attention lane, FFN lane) pair and direction af_bytes / (A x F),
+      af_ops = L x its steps;
+    plus the attention lanes' own TP all-reduce, one per layer per step
+    (attention's output projection; the FFN's all-reduce is the combine's
+    reduction): tp_bytes = L x h x beta x tokens when A > 1 (0 when A = 1),
+    tp_ops = L x its steps, over the attention lanes only.  The experts
+    live on the FFN lanes, so the decode has no expert all-to-all between
+    instances (gen-ep, `traffic.phases.build_phases`, is left out).  Prefill
+    is left out as without A/F: the step is decode.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -292,6 +331,52 @@ class PolicyParams:
         _check_dataclass(self, "policy")
 
 
+AF_OFF = ("off", "0")
+
+
+@dataclass(frozen=True)
+class AFSplit:
+    """Attention-FFN disaggregation inside an instance, the testbed's assumption
+    (module docstring): ``attention``:``ffn`` is the share of an instance's
+    lanes that are attention lanes (positions first) and FFN lanes."""
+
+    attention: int = 1
+    ffn: int = 1
+
+    def __post_init__(self):
+        for name in ("attention", "ffn"):
+            _check_int(f"af {name} lanes", getattr(self, name), 1)
+
+    def __str__(self) -> str:
+        return f"{self.attention}:{self.ffn}"
+
+    def lanes(self, tp: int, key: str = "af", where: str = "") -> Tuple[int, int]:
+        """(A, F): the attention and FFN lanes of a TP-``tp`` instance; both whole
+        and >= 1, else `GenerationError` naming ``key`` (``where``: which TP it is)."""
+        share = self.attention + self.ffn
+        if (tp * self.attention) % share or tp * self.attention < share \
+                or tp * self.ffn < share:
+            raise GenerationError(
+                f"{key}={self} does not split an instance of TP {tp}{where} into whole "
+                f"attention and FFN lanes (TP x {self.attention}/{share} = "
+                f"{tp * self.attention / share:g}); allowed: A:F with TP x A/(A+F) a whole "
+                f"number from 1 to TP - 1 (1:1 for an even TP), or 'off'")
+        attention = tp * self.attention // share
+        return attention, tp - attention
+
+
+def parse_af(text, key: str = "af") -> Optional[AFSplit]:
+    """``"A:F"`` (attention:FFN lanes, integers >= 1) as an `AFSplit`; ``"off"`` or
+    ``"0"``: None (no A/F).  Anything else raises `GenerationError` naming ``key``."""
+    if isinstance(text, str) and text.strip().lower() in AF_OFF:
+        return None
+    parts = text.split(":") if isinstance(text, str) else []
+    if len(parts) == 2 and all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        return AFSplit(int(parts[0]), int(parts[1]))
+    raise GenerationError(f"{key} must be 'A:F' (attention:FFN lanes of an instance, "
+                          f"integers >= 1, e.g. '1:1'), 'off' or '0', got {text!r}")
+
+
 # ---------------------------------------------------------------- results
 @dataclass(frozen=True)
 class Move:
@@ -334,12 +419,41 @@ class Segment:
     running_at_start: int       # running sequences at its start
     tp_bytes: List[float]       # per instance: sum over its steps of 2 x L x b_step x h x beta
     tp_ops: List[int]           # per instance: 2 x L x its decode steps in the segment
+    # With A/F (module docstring): the first ``attention_lanes`` positions of
+    # each instance are its attention lanes (0: no A/F); tp_bytes and tp_ops
+    # are then their all-reduce's, L x b_step x h x beta per step (0 with one
+    # attention lane), and af_bytes / af_ops the M2N's.
+    attention_lanes: int = 0
+    af_bytes: List[float] = field(default_factory=list)   # per instance, each way
+    af_ops: List[int] = field(default_factory=list)       # per instance: L x its steps
+
+    def tp_group(self, index: int) -> Tuple[int, ...]:
+        """The lanes of instance ``index`` that all-reduce: its attention lanes
+        with A/F, else all of them."""
+        instance = self.instances[index]
+        return tuple(instance[:self.attention_lanes]) if self.attention_lanes else instance
+
+    def af_pairs(self, index: int) -> List[Tuple[int, int, float]]:
+        """The M2N of instance ``index`` in the segment: (attention lane, FFN lane,
+        bytes) for the dispatch and (FFN lane, attention lane, bytes) for the
+        combine, af_bytes / (A x F) each; [] without A/F."""
+        if not self.attention_lanes or not self.af_bytes or not self.af_bytes[index]:
+            return []
+        instance = self.instances[index]
+        attention, ffn = instance[:self.attention_lanes], instance[self.attention_lanes:]
+        share = self.af_bytes[index] / (len(attention) * len(ffn))
+        return ([(a, f, share) for a in attention for f in ffn]
+                + [(f, a, share) for a in attention for f in ffn])
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "tp": self.tp, "instances": len(self.instances),
-                "start_s": self.start_s, "compute_s": self.compute_s, "steps": self.steps,
-                "running_at_start": self.running_at_start,
-                "tp_bytes": _summary(self.tp_bytes), "tp_ops": _summary(self.tp_ops)}
+        out = {"index": self.index, "tp": self.tp, "instances": len(self.instances),
+               "start_s": self.start_s, "compute_s": self.compute_s, "steps": self.steps,
+               "running_at_start": self.running_at_start,
+               "tp_bytes": _summary(self.tp_bytes), "tp_ops": _summary(self.tp_ops)}
+        if self.attention_lanes:
+            out.update(attention_lanes=self.attention_lanes, af_bytes=_summary(self.af_bytes),
+                       af_ops=_summary(self.af_ops))
+        return out
 
 
 @dataclass
@@ -351,6 +465,11 @@ class GenerationStep:
     events: List[Event]         # event k sits between segment k and k+1
     compute_s: float            # total compute-only time (infinitely fast network)
     tokens: int                 # sum(lengths)
+    af: Optional[AFSplit] = None   # A/F inside each instance (None: off)
+
+    def af_bytes(self) -> float:
+        """The M2N's bytes over the step, both ways, every instance (0 without A/F)."""
+        return 2 * sum(sum(segment.af_bytes) for segment in self.segments)
 
     def throughput(self) -> float:
         """Tokens per real second of compute."""
@@ -367,7 +486,8 @@ class GenerationStep:
                 "throughput_tokens_s": self.throughput(), "lengths": _summary(self.lengths),
                 "segments": [segment.to_dict() for segment in self.segments],
                 "events": [event.to_dict() for event in self.events],
-                "moved_bytes": {kind: self.moved_bytes(kind) for kind in ("switch", "rebalance")}}
+                "moved_bytes": {kind: self.moved_bytes(kind) for kind in ("switch", "rebalance")},
+                "af": None if self.af is None else str(self.af), "af_bytes": self.af_bytes()}
 
 
 def _summary(values: Sequence[float]) -> dict:
@@ -613,7 +733,7 @@ def _timeline(left: np.ndarray, instance: np.ndarray, ids: np.ndarray, count: in
 
 # ---------------------------------------------------------------- simulation
 def _check_simulate(gpus, batch, policy, params, decode, lengths, model, seed, prompt_len,
-                    act_bytes, bytes_per_param) -> None:
+                    act_bytes, bytes_per_param, af) -> None:
     if policy not in POLICIES:
         raise GenerationError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     _check_int("gpus", gpus, 1)
@@ -630,17 +750,24 @@ def _check_simulate(gpus, batch, policy, params, decode, lengths, model, seed, p
         if gpus % getattr(params, name):
             raise GenerationError(f"gpus={gpus} must be a multiple of params.{name}="
                                   f"{getattr(params, name)}")
+    if af is not None:
+        if not isinstance(af, AFSplit):
+            raise GenerationError(f"af must be an AFSplit or None, got {type(af).__name__}")
+        for name in ("tp", "switch_tp"):
+            af.lanes(getattr(params, name), "af", f" (params.{name})")
 
 
 def simulate(gpus: int, batch: int, policy: str, params: PolicyParams, decode: DecodeModel,
              lengths: LengthDist, model: Model, seed: int = 0, prompt_len: int = 1024,
              act_bytes: float = 2.0, bytes_per_param: float = 2.0,
-             lengths_list: Optional[Sequence[int]] = None) -> GenerationStep:
+             lengths_list: Optional[Sequence[int]] = None,
+             af: Optional[AFSplit] = None) -> GenerationStep:
     """One generation step of ``batch`` sequences on ``gpus`` Gen GPUs under ``policy``
     (module docstring).  ``lengths_list``, when given, is the batch's response lengths
-    (``batch`` integers >= 1) instead of ``lengths.sample(batch, seed)``: hand-made batches."""
+    (``batch`` integers >= 1) instead of ``lengths.sample(batch, seed)``: hand-made batches.
+    ``af`` splits every instance into attention and FFN lanes (None: no A/F)."""
     _check_simulate(gpus, batch, policy, params, decode, lengths, model, seed, prompt_len,
-                    act_bytes, bytes_per_param)
+                    act_bytes, bytes_per_param, af)
     if lengths_list is None:
         sampled = lengths.sample(batch, seed)
     else:
@@ -651,7 +778,7 @@ def simulate(gpus: int, batch: int, policy: str, params: PolicyParams, decode: D
             _check_int("lengths_list entries", value, 1)
         sampled = [int(value) for value in sampled]
     run = _Run(gpus, batch, policy, params, decode, model, prompt_len, act_bytes,
-               bytes_per_param, sampled)
+               bytes_per_param, sampled, af)
     return run.execute()
 
 
@@ -659,8 +786,9 @@ class _Run:
     """The state of one `simulate`: sequences, the current layout, what happened so far."""
 
     def __init__(self, gpus, batch, policy, params, decode, model, prompt_len, act_bytes,
-                 bytes_per_param, sampled):
+                 bytes_per_param, sampled, af=None):
         self.gpus, self.batch, self.policy, self.params = gpus, batch, policy, params
+        self.af = af
         self.decode, self.model = decode, model
         self.prompt_len, self.act_bytes = prompt_len, act_bytes
         self.weight_bytes = model.params * bytes_per_param
@@ -709,7 +837,17 @@ class _Run:
                 self._rebalance(start, running)
         compute = self.segments[-1].start_s + self.segments[-1].compute_s
         return GenerationStep(self.policy, self.gpus, self.lengths, self.segments, self.events,
-                              compute, int(self.length.sum()))
+                              compute, int(self.length.sum()), self.af)
+
+    def attention_lanes(self, tp: Optional[int] = None) -> int:
+        """A, the attention lanes of an instance at TP ``tp`` (the current TP by
+        default); 0 without A/F."""
+        return self.af.lanes(tp or self.tp)[0] if self.af is not None else 0
+
+    def kv_lanes(self, instance: Tuple[int, ...], tp: Optional[int] = None) -> Tuple[int, ...]:
+        """The lanes of an instance that hold its KV: the attention lanes with A/F."""
+        attention = self.attention_lanes(tp)
+        return tuple(instance[:attention]) if attention else tuple(instance)
 
     def _next_trigger(self, timeline: _Timeline, running: int) -> Optional[float]:
         """The local time of the next event's trigger, or None: the segment runs to the end.
@@ -745,12 +883,23 @@ class _Run:
         self.generated[timeline.ids[timeline.real]] += done[timeline.real]
         tokens = done.sum(axis=1)
         layers = self.model.layers
-        per_token = 2 * layers * self.model.hidden * self.act_bytes if self.tp > 1 else 0.0
+        per_layer_token = self.model.hidden * self.act_bytes
+        attention = self.attention_lanes()
+        if attention:
+            # A/F: the attention lanes' all-reduce (one per layer) and the M2N.
+            per_token = layers * per_layer_token if attention > 1 else 0.0
+            ops = layers * steps
+            af_bytes = (tokens * layers * per_layer_token).astype(float).tolist()
+            af_ops = ops.astype(int).tolist()
+        else:
+            per_token = 2 * layers * per_layer_token if self.tp > 1 else 0.0
+            ops, af_bytes, af_ops = 2 * layers * steps, [], []
         self.segments.append(Segment(
             index=len(self.segments), tp=self.tp, instances=list(self.instances),
             start_s=start, compute_s=duration, steps=int(steps.max()),
             running_at_start=running, tp_bytes=(tokens * per_token).astype(float).tolist(),
-            tp_ops=(2 * layers * steps).astype(int).tolist()))
+            tp_ops=ops.astype(int).tolist(), attention_lanes=attention, af_bytes=af_bytes,
+            af_ops=af_ops))
 
     def _kv_bytes(self, ids: np.ndarray) -> np.ndarray:
         return (self.prompt_len + self.generated[ids]) * self.kv_token
@@ -767,7 +916,11 @@ class _Run:
                                  minlength=len(old))
         kv: Dict[Tuple[int, int], float] = {}
         for index in np.flatnonzero(kv_per_old > 0):
-            _add_moves(kv, kv_reshard(old[index], new[new_of_old[index]], kv_per_old[index]))
+            # With A/F only the attention lanes hold KV, before and after.
+            _add_moves(kv, kv_reshard(self.kv_lanes(old[index]),
+                                      self.kv_lanes(new[new_of_old[index]],
+                                                    self.params.switch_tp),
+                                      kv_per_old[index]))
         kv_moves = _as_moves(kv)
         self.events.append(Event(
             kind="switch", at_s=at, tp_from=self.tp, tp_to=self.params.switch_tp,
@@ -797,10 +950,12 @@ class _Run:
             donated.extend((int(seq), int(donor)) for seq in mine)
         kv: Dict[Tuple[int, int], float] = {}
         receiver_order = [int(i) for i in receivers for _ in range(free[int(i)])]
-        shares = self._kv_bytes(np.array([seq for seq, _ in donated], dtype=np.int64)) / self.tp
+        kv_lanes = self.attention_lanes() or self.tp
+        shares = (self._kv_bytes(np.array([seq for seq, _ in donated], dtype=np.int64))
+                  / kv_lanes)
         for (seq, donor), receiver, share in zip(donated, receiver_order, shares.tolist()):
             src, dst = self.instances[donor], self.instances[receiver]
-            _add_moves(kv, [Move(src[lane], dst[lane], share) for lane in range(self.tp)])
+            _add_moves(kv, [Move(src[lane], dst[lane], share) for lane in range(kv_lanes)])
             self.instance[seq] = receiver
         moves = _as_moves(kv)
         self.events.append(Event(

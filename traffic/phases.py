@@ -53,12 +53,14 @@ from traffic.ranks import RankMap
 from traffic.workload import TABLE1, Iteration
 
 if TYPE_CHECKING:                     # only its shapes are read here
-    from traffic.generation import GenerationStep, Move
+    from traffic.generation import GenerationStep, Move, Segment
 
 _AFTER = attrgetter("after")
 TRAIN_SIDE = ("train-tp", "train-pp", "train-cp", "train-ep")
 GEN_SIDE = ("gen-tp", "gen-ep", "gen-pd", "gen-af", "response")
 GENERATION_KINDS = ("gen-config", "gen-migrate")     # OrchestrRL's dynamic generation
+# With A/F inside its instances, the generation chain also holds an M2N phase
+# (kind gen-af, riding) per segment that has one on the network.
 LAYER_KINDS = ("train-cp", "train-ep")   # per layer: attention (CP), then the MoE block (EP)
 FORWARD_SHARE = 1.0 / 3.0                # the backward pass costs twice the forward
 PodOf = Callable[[str], Hashable]
@@ -323,8 +325,8 @@ def _moves_dag(builder: _Builder, moves: Sequence[Move], offset: int, name: str,
     return FlowDag._trusted([f._replace(group=group) for f in dag.flows], dag.external)
 
 
-def _generation_moments(builder: _Builder, step: GenerationStep,
-                        offset: int) -> List[_Moment]:
+def _generation_moments(builder: _Builder, step: GenerationStep, offset: int,
+                        off: Dict[str, float]) -> List[_Moment]:
     """The generation step as a chain of network moments (see `build_phases`).
 
     Segment k under TP t is one ``gen-config`` phase named ``gen-config{k}-tp{t}``
@@ -342,6 +344,20 @@ def _generation_moments(builder: _Builder, step: GenerationStep,
     inside the servers) is compute only: it lies in the gap between the
     moments around it, which is planned time from one moment's last
     operation to the next moment (`build_phases` makes it `Phase.gaps`).
+
+    With A/F inside the instances (``step.af``, `traffic.generation`), a
+    segment's all-reduce rings run over each instance's attention lanes
+    only, and its M2N (dispatch attention -> FFN and combine back, each
+    lane pair's ``af_bytes / (A x F)`` per direction, coalesced the same
+    way: one flow per host pair) is a ``gen-af{k}-tp{t}`` phase of kind
+    ``gen-af`` (group ``gen-af``) right after ``gen-config{k}-tp{t}`` in the
+    chain, owing no compute to it: Table 1's Small window, so the control
+    proxy gives it no circuits and it rides what is lit.  Chaining it after
+    the configuration's phase runs the segment's coalesced all-reduce and
+    M2N one after the other (conservative: the decode interleaves them layer
+    by layer), and after the switch's moves (nothing decodes before the KV
+    is in place).  M2N bytes inside a server are listed in ``off`` (real,
+    both directions) under ``gen-af``.
     """
     scale = builder.scale
     moments: List[_Moment] = []
@@ -370,15 +386,15 @@ def _generation_moments(builder: _Builder, step: GenerationStep,
                                                                   offset + m.dst))
         span = scale.emu_seconds(seg.compute_s)
         ops_real, decode_bytes, ring = 1, 0.0, []
-        for i, instance in enumerate(seg.instances):
+        for i in range(len(seg.instances)):
             if not seg.tp_ops[i] or not seg.tp_bytes[i]:
                 continue
             # The ring goes through each server's ranks in turn, as NCCL builds
             # its rings from the topology: the TP rank order (lane-major after a
             # merge, `traffic.generation.merge_order`) would cross servers at
             # every hop.
-            comm = AllReduce(kind="gen-config", groups=(tuple(sorted(offset + r
-                                                                      for r in instance)),),
+            group = tuple(sorted(offset + r for r in seg.tp_group(i)))
+            comm = AllReduce(kind="gen-config", groups=(group,),
                              bytes=seg.tp_bytes[i] / seg.tp_ops[i], ops=seg.tp_ops[i],
                              formula="decode: S = b x h x beta per op; ops = 2L x steps")
             if _networked(comm.groups[0], builder.rank_map):
@@ -391,11 +407,36 @@ def _generation_moments(builder: _Builder, step: GenerationStep,
                                       f"{name}-decode", start)
             parts.append(FlowDag._trusted([f._replace(group="gen-config") for f in dag.flows],
                                           dag.external))
+        begin = scale.emu_seconds(seg.start_s)
         if parts:
-            begin = scale.emu_seconds(seg.start_s)
             moments.append(_Moment(name, "gen-config", begin, span, parts, 1, ops_real,
                                    switch_bytes + decode_bytes, begin))
+        m2n = _m2n_moment(builder, seg, offset, f"gen-af{k}-tp{seg.tp}", begin, span, off)
+        if m2n is not None:
+            moments.append(m2n)
     return moments
+
+
+def _m2n_moment(builder: _Builder, seg: Segment, offset: int, name: str, begin: float,
+                span: float, off: Dict[str, float]) -> Optional[_Moment]:
+    """The segment's A/F M2N as one ``gen-af`` moment (`_generation_moments`), or
+    None when none of it is on the network; its bytes inside servers go to ``off``."""
+    items = [(offset + src, offset + dst, size)
+             for i in range(len(seg.instances)) for src, dst, size in seg.af_pairs(i)]
+    if not items:
+        return None
+    networked = sum(size for src, dst, size in items if builder.rank_map.on_network(src, dst))
+    inside = sum(size for _, _, size in items) - networked
+    if inside > 0:
+        off["gen-af"] = off.get("gen-af", 0.0) + inside
+    pairs = _pair_bytes(items, builder.rank_map)
+    if not pairs:
+        return None
+    dag = coll.point_to_point([(a, b, builder.emu(size)) for (a, b), size in pairs.items()],
+                              name)
+    dag = FlowDag._trusted([f._replace(group="gen-af") for f in dag.flows], dag.external)
+    return _Moment(name, "gen-af", begin, span, [dag], 1, max(seg.af_ops, default=1),
+                   networked, begin)
 
 
 def _layer_moments(builder: _Builder, iteration: Iteration, train_s: float,
@@ -504,7 +545,8 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
 
     ``generation`` (`traffic.generation.simulate`, OrchestrRL's dynamic
     generation step) replaces the fixed decode: the Gen side spans its
-    compute time instead of ``gen_s``, ``gen-tp`` is left out, and the step
+    compute time instead of ``gen_s``, ``gen-tp`` is left out (and ``gen-ep``
+    when the step splits its instances into attention and FFN lanes), and the step
     becomes a chain of phases (`_generation_moments`), each waiting for the
     one before it and then for the decode compute between them
     (`Phase.gaps`), so a slow migration delays everything after it.  The
@@ -566,13 +608,18 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
         inside = sum(c.ops * c.bytes_per_op() - c.network_bytes(rank_map) for c in comms)
         if inside > 0:
             off[kind] = inside
+    # The generation step replaces the fixed decode's TP all-reduce; with A/F
+    # inside its instances also the expert all-to-all (the experts live on
+    # each instance's FFN lanes: the M2N carries their traffic).
+    replaced = () if generation is None else (
+        ("gen-tp",) if generation.af is None else ("gen-tp", "gen-ep"))
     for kind in GEN_SIDE:
-        if generation is None or kind != "gen-tp":
+        if kind not in replaced:
             make(kind, 0.0, gen_s)
     chain_tail: Tuple[Tuple[str, float], ...] = ()
     if generation is not None:
-        previous = _chained(phases, _generation_moments(builder, generation, cfg.train.world),
-                            rate_bps)
+        previous = _chained(phases, _generation_moments(builder, generation, cfg.train.world,
+                                                        off), rate_bps)
         if previous is not None:
             chain_tail = ((previous.name, max(0.0, gen_s - previous.anchor_s)),)
     train_side = TRAIN_SIDE + tuple(p.name for p in phases.values() if p.kind in LAYER_KINDS
@@ -586,7 +633,7 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
     ready = max([ready] + [phases[k].planned_end_s for k in GEN_SIDE if k in phases])
     if generation is not None:
         ready = max([ready, gen_s] + [p.planned_end_s for p in phases.values()
-                                      if p.kind in GENERATION_KINDS])
+                                      if p.kind in GENERATION_KINDS + ("gen-af",)])
     make("weight-sync", ready, 0.0, tuple(phases))
     if chain_tail and "weight-sync" in phases:
         phases["weight-sync"].gaps = chain_tail

@@ -21,7 +21,17 @@ across servers); each rebalance is a ``gen-migrate`` phase.  On ``rfabric``
 the control proxy (`controllers.proxy_core`) gives each TP configuration its
 own circuit template on the Gen PoD's aggregation OCS, profiles them in
 iteration 1 (on demand, exposed) and puts them in place ahead of each switch
-from iteration 2.  gen-ep (Qwen2-57B-A14B's expert all-to-all) and the
+from iteration 2.
+
+``af`` (default ``"1:1"``, the testbed's assumption) splits every instance
+into attention lanes (the KV, attention) and FFN lanes (the experts):
+`traffic.generation` (module docstring) keeps the decode time and the lane
+roles across a widening, moves KV between attention lanes only, and turns
+each segment's decode traffic into the attention lanes' all-reduce and the
+M2N between the two roles, a ``gen-af{k}-tp{t}`` phase after the
+segment's ``gen-config``.  The experts living on the FFN lanes, there is no
+expert all-to-all (gen-ep) then.  ``af = "off"`` gives the whole-instance
+TP and Qwen2-57B-A14B's gen-ep all-to-all instead.  gen-af, gen-ep and the
 rebalance's KV moves have Small windows: they ride whatever is lit.
 
 With ``layerwise``, training runs layer by layer (RFabric section 4.3:
@@ -94,6 +104,10 @@ FIELDS = {
     "batch_per_gpu": Field(int, 4, "sequences per Gen GPU in a generation step", minimum=1,
                            maximum=64),
     "seed": Field(int, 0, "seed of the response lengths", minimum=0),
+    "af": Field(str, "1:1", "attention:FFN lanes of each generation instance (A/F "
+                "disaggregation inside an instance, the testbed's assumption; its M2N, "
+                "gen-af, replaces gen-ep and rides); 'off' or '0': whole-instance TP",
+                check=lambda text: gen.parse_af(text) and None),
     "prompt_len": Field(int, 256, "prompt tokens per sequence", minimum=1),
     "train_s": Field(float, 0.5, "Train compute per iteration, real s (x tdf)", minimum=0.0),
     "optimizer_s": Field(float, 0.05, "optimizer step, real s (x tdf)", minimum=0.0),
@@ -137,9 +151,11 @@ def emulated_config(settings, gpus: int, gpus_per_server: int,
     no memory.  Ring attention, because Ulysses would need the 14 heads of
     a TP rank to divide by CP (3 at 48 GPUs).  Half Gen:
     TP = a server, EP = 2: its expert all-to-all has Small windows and rides.
-    No Attention-FFN disaggregation: its M2N would replace that all-to-all
-    (the experts would live on FFN replicas), and an instance that switches
-    TP here is a whole model replica, which the decode-time formula times.
+    Attention-FFN disaggregation is not set here (``af_attention`` splits
+    whole replicas, which cannot switch TP one instance at a time): the
+    scenario's ``af`` splits each instance's lanes instead, in the
+    generation step (`generation_step`), and its M2N replaces the
+    all-to-all there.
     """
     if gpus % (8 * gpus_per_server):
         raise WorkloadError(f"orchestrrl: {gpus} GPUs must split into Train and Gen halves "
@@ -159,11 +175,30 @@ def emulated_config(settings, gpus: int, gpus_per_server: int,
                                                     gen_s=0.0))
 
 
-def generation_step(cfg: RLConfig, policy: str, seed: int) -> gen.GenerationStep:
+def af_split(settings) -> Optional[gen.AFSplit]:
+    """The settings' ``af`` (None: no A/F), its errors naming ``orchestrrl.af``."""
+    return gen.parse_af(settings["af"], f"{SECTION}.af")
+
+
+def check_af(af: Optional[gen.AFSplit], gpus_per_server: int) -> None:
+    """Both TPs of `policy_params` must split into whole attention and FFN lanes."""
+    if af is None:
+        return
+    params = policy_params(gpus_per_server)
+    for name in ("tp", "switch_tp"):
+        af.lanes(getattr(params, name), f"{SECTION}.af",
+                 f" ({name}: {gpus_per_server}-GPU servers)")
+
+
+def generation_step(cfg: RLConfig, policy: str, seed: int,
+                    af: Optional[gen.AFSplit] = None) -> gen.GenerationStep:
+    """The step of ``policy``; ``af`` splits the instances into attention and
+    FFN lanes (None: whole-instance TP)."""
     lengths, decode, _ = gen.load_defaults()
+    check_af(af, cfg.gpus_per_server)
     return gen.simulate(cfg.gen.world, cfg.seqs, policy, policy_params(cfg.gpus_per_server),
                         decode, lengths, cfg.model, seed=seed, prompt_len=cfg.prompt_len,
-                        act_bytes=cfg.act_bytes, bytes_per_param=cfg.bytes_per_param)
+                        act_bytes=cfg.act_bytes, bytes_per_param=cfg.bytes_per_param, af=af)
 
 
 def schedule_for(cfg: RLConfig, step: gen.GenerationStep, hosts, scale, max_ops: int,
@@ -202,9 +237,12 @@ def check(scenario) -> None:
                          f"{SECTION}.fabrics", FABRICS)
     per_server = fabric.params["gpus_per_server"]
     try:
+        af = af_split(s)
+        if s["model_gpus"]:
+            check_af(af, 8)               # the model's scale: 8-GPU servers (`scale_config`)
         cfg = emulated_config(s, len(fabric.hosts), per_server)
         for policy in s["policies"]:
-            generation_step(cfg, policy, s["seed"])
+            generation_step(cfg, policy, s["seed"], af)
     except (WorkloadError, gen.GenerationError) as exc:
         raise ValueError(f"orchestrrl: {exc}") from None
     for name, spec in specs.items():
@@ -332,6 +370,7 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
                "rebalances_count": sum(e.kind == "rebalance" for e in record.step.events),
                "switch_moved_real_mb": record.step.moved_bytes("switch") / 1e6,
                "rebalance_moved_real_mb": record.step.moved_bytes("rebalance") / 1e6,
+               "af_m2n_real_mb": record.step.af_bytes() / 1e6,
                "exposed_switch_first_s": exposed.get(1, 0.0),
                "exposed_switch_later_s": _mean(exposed[i] for i in exposed if i > 1),
                "layer_reconfigs_first_count": sum(r["iteration"] == 1 for r in own_layers),
@@ -367,6 +406,8 @@ def summarize(records: List[PolicyRecord], scale, flows, scale_rows: Optional[Li
     metrics["assumptions"] = {"lengths": dataclasses.asdict(lengths),
                               "decode": dataclasses.asdict(decode),
                               "policy": dataclasses.asdict(params),
+                              "af": None if records[0].step.af is None
+                              else str(records[0].step.af),
                               "source": "traffic/decode.toml (the testbed's assumptions: "
                                         "OrchestrRL's text gives none)"}
     if scale_rows:
@@ -422,7 +463,7 @@ def model_at_scale(settings, log) -> List[dict]:
         cal = calibration.load().for_real_world(400.0)
         static_s: Dict[str, float] = {}
         for policy in settings["policies"]:
-            step = generation_step(cfg, policy, settings["seed"])
+            step = generation_step(cfg, policy, settings["seed"], af_split(settings))
             compute = iteration_compute_s(cfg, step)
             for name, fabric in fabrics.items():
                 sched = schedule_for(cfg, step, fabric.hosts, Scale(), settings["max_ops"],
@@ -440,7 +481,8 @@ def model_at_scale(settings, log) -> List[dict]:
                              "compute_only_s": compute,
                              "exposed_later_s": figures["exposed_later_s"],
                              "switch_moved_gb": step.moved_bytes("switch") / 1e9,
-                             "rebalance_moved_gb": step.moved_bytes("rebalance") / 1e9})
+                             "rebalance_moved_gb": step.moved_bytes("rebalance") / 1e9,
+                             "af_m2n_gb": step.af_bytes() / 1e9})
         for row in rows:
             if row["gpus_count"] == gpus:
                 ref = static_s.get(row["fabric"])
@@ -474,7 +516,7 @@ def run(ctx: Context) -> Outcome:
     cfg = emulated_config(s, len(ctx.fabric.hosts), ctx.fabric.params["gpus_per_server"])
     link_mbps = ctx.scenario.config["scale"]["link_mbps"]
     scale = ctx.scale
-    steps = {p: generation_step(cfg, p, s["seed"]) for p in s["policies"]}
+    steps = {p: generation_step(cfg, p, s["seed"], af_split(s)) for p in s["policies"]}
     for policy, step in steps.items():
         ctx.log(f"  {policy}: generation step {step.compute_s:.3f} s real compute, "
                 f"{len(step.events)} events, {step.moved_bytes() / 1e6:.1f} MB moved")
@@ -526,7 +568,7 @@ def model_run(ctx: Context) -> Outcome:
     flows = []
     for name in s["fabrics"]:
         for policy in s["policies"]:
-            step = generation_step(cfg, policy, s["seed"])
+            step = generation_step(cfg, policy, s["seed"], af_split(s))
             fabric, sched, proxy = _parts(name, specs[name], cfg, step, scale, s)
             runner = ModelIterationRunner(fabric, sched, lambda g: scale.emu_mbps(g) * 1e6, cal,
                                           optimizer_s=scale.emu_seconds(cfg.compute.optimizer_s),

@@ -9,14 +9,16 @@
     sequences still running at each segment's start, from
     ``metrics.generation``'s segments (real seconds, put on the emulated
     axis: x ``tdf``, each segment anchored at its own phase where it has
-    one); the switches and rebalances as labelled vertical lines;
+    one), with the A/F split of the instances' lanes when the step has one
+    (``af``); the switches and rebalances as labelled vertical lines;
   - middle: the run's phase spans (``timeline.phase_spans``) as bars, one
     row per kind, the wait from ready to start hatched, and the run's OCS
-    dark windows (``timeline.dark_windows``) shaded: gen-ep rides whatever
-    is lit (no dark window of its own), gen-config's circuits change at
-    the switch;
+    dark windows (``timeline.dark_windows``) shaded: gen-ep, or with A/F
+    the M2N phases ``gen-af{k}-tp{t}`` (their own row and colour), ride
+    whatever is lit (no dark window of their own), gen-config's circuits
+    change at the switch;
   - bottom: the throughput of the generation flow groups (gen-switch,
-    gen-migrate, gen-config, gen-ep) in that window, exactly from the run's
+    gen-migrate, gen-config, gen-ep, gen-af) in that window, exactly from the run's
     own flows in ``flows.csv`` (each flow's bytes spread over its duration),
     or else from ``timeline.series`` (binned, and summed over every run
     that overlaps the window);
@@ -154,10 +156,10 @@ def _segment_times(row: dict, spans: List[dict], origin: float,
     """Per segment: (start, end) on the emulated axis (s from the iteration's
     start), the segment, and the event that opened it.
 
-    A segment is anchored at its own phase when it has one (the rebalance's
-    gen-migrate{k-1}, else its gen-config{k}-tp{t}: where the network put it,
-    stalls included); otherwise it follows the previous anchor by its real
-    offset x ``tdf``.
+    A segment is anchored at its own phases when it has some (the rebalance's
+    gen-migrate{k-1}, its gen-config{k}-tp{t} or its M2N's gen-af{k}-tp{t}:
+    where the network put it, stalls included); otherwise it follows the
+    previous anchor by its real offset x ``tdf``.
     """
     by_name = {s["phase"]: s for s in spans}
     events = [e for e in (row.get("events") or []) if isinstance(e, dict)]
@@ -169,7 +171,8 @@ def _segment_times(row: dict, spans: List[dict], origin: float,
         index = seg.get("index", k) if isinstance(seg.get("index"), int) else k
         real = float(seg["start_s"])
         event = events[index - 1] if 0 < index <= len(events) else None
-        names = (f"gen-migrate{index - 1}", f"gen-config{index}-tp{seg.get('tp')}")
+        names = (f"gen-migrate{index - 1}", f"gen-config{index}-tp{seg.get('tp')}",
+                 f"gen-af{index}-tp{seg.get('tp')}")
         own = [by_name[n] for n in names if n in by_name]
         if own:
             anchor_real, anchor_emu = real, min(s["start"] for s in own) - origin
@@ -366,7 +369,8 @@ def plot_step(result: dict, run_dir: Path, path: Path) -> Optional[Path]:
         tp = _number(seg.get("tp")) or 0.0
         xs += [start, stop]
         tps += [tp, tp]
-    top.plot(xs, tps, color="black", linewidth=1.8, label="TP per instance")
+    af = f", A/F {row['af']} attention:FFN lanes" if row.get("af") else ""
+    top.plot(xs, tps, color="black", linewidth=1.8, label=f"TP per instance{af}")
     for start, stop, seg, _ in segments:
         if stop - start > 0.06 * end and seg.get("instances") is not None:
             top.text((start + stop) / 2, _number(seg.get("tp")) or 0.0,

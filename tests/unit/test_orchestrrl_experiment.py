@@ -313,9 +313,17 @@ def test_the_model_engine_at_32_gpus(tmp_path, never_emulate):
             "iteration 2 puts them in ahead of the switch"
     assert dynamic["exposed_switch_first_s"] > 0 and dynamic["exposed_switch_later_s"] == 0
     spans = result["timeline"]["phase_spans"]
-    riding = [s for s in spans if s["kind"] in ("gen-ep", "gen-migrate")]
-    assert {s["fabric"] for s in spans if s["kind"] == "gen-ep"} == \
-        {"rfabric/static", "rfabric/switch+rebalance"}, "the expert all-to-all rides along"
+    riding = [s for s in spans if s["kind"] in ("gen-af", "gen-migrate")]
+    assert metrics["assumptions"]["af"] == "1:1", "A/F inside the instances by default"
+    assert not [s for s in spans if s["kind"] == "gen-ep"], \
+        "with A/F the M2N carries the experts' traffic: no expert all-to-all"
+    assert {s["fabric"] for s in spans if s["kind"] == "gen-af"} == \
+        {"rfabric/switch+rebalance"}, "a TP-2 instance's M2N stays in its server; TP 4 crosses"
+    assert dynamic["af_m2n_real_mb"] > 0
+    assert static["af_m2n_real_mb"] == pytest.approx(dynamic["af_m2n_real_mb"]), \
+        "every token goes through the M2N once each way, whatever the policy"
+    assert not [o for o in metrics.get("switches", []) if o["phase"].startswith("gen-af")], \
+        "the proxy asks no circuits for the M2N"
     layers = [r for r in metrics["layers"] if r["policy"] == "static"]
     assert {r["kind"] for r in layers} == {"train-ep"}, \
         "at 32 GPUs a CP pair shares its ToR: attention rides, the MoE block gets circuits"

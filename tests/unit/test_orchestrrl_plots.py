@@ -229,3 +229,39 @@ def test_no_layer_wise_chain_no_layers_plot(tmp_path):
     assert plot_layers(_result(), tmp_path / LAYERS_PNG) is None, \
         "train-pp and train-dp alone are not a layer-wise chain"
     assert not (tmp_path / LAYERS_PNG).exists()
+
+
+def test_the_step_plot_draws_the_m2n_phases_and_flows_apart_from_gen_ep(tmp_path, monkeypatch):
+    """With A/F, the M2N (gen-af) has its own row of phases and its own flow line, in
+    its own colour; the segment after the switch is anchored at its phases."""
+    from emu.report import orchestrrl_plots as plots
+    result = _result(at_scale=False)
+    for row in result["metrics"]["generation"]:
+        row["af"] = "1:1"
+    label = "rfabric/switch+rebalance"
+    result["timeline"]["phase_spans"] = [
+        s for s in result["timeline"]["phase_spans"] if s["kind"] != "gen-ep"]
+    result["timeline"]["phase_spans"].append(
+        {"fabric": label, "iteration": 2, "phase": "gen-af2-tp4", "kind": "gen-af",
+         "ready": 8.6, "start": 8.6, "end": 8.7})
+    _flows_csv(tmp_path / "flows.csv")
+    with open(tmp_path / "flows.csv", "a", newline="") as stream:
+        csv.writer(stream).writerow(["rfabric-switch-rebalance-i2-gen-af2-tp4-0", "h1", "h4",
+                                     12000, 8.6, 8.7, 0.1, 0.96, 0, "ok", 0, "gen-af"])
+    figures, original = [], plots.new_figure
+
+    def capture(*args, **kwargs):
+        figures.append(original(*args, **kwargs))
+        return figures[-1]
+
+    monkeypatch.setattr(plots, "new_figure", capture)
+    assert plot_step(result, tmp_path, tmp_path / STEP_PNG) == tmp_path / STEP_PNG
+    top, middle, bottom = figures[0].axes[:3]
+    rows = [t.get_text() for t in middle.get_yticklabels()]
+    assert "gen-af" in rows and "gen-ep" not in rows
+    lines = {line.get_label(): line for line in bottom.get_lines()}
+    assert "gen-af" in lines and "gen-config" in lines
+    assert lines["gen-af"].get_color() != lines["gen-config"].get_color()
+    assert plots.KIND_COLORS["gen-af"] != plots.KIND_COLORS["gen-ep"]
+    assert any("A/F 1:1" in line.get_label() for line in top.get_lines())
+    assert _is_png(tmp_path / STEP_PNG)
