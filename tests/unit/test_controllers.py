@@ -21,7 +21,7 @@ from controllers.ocs_core import CUSTOM, TECHNOLOGIES, OcsCore, delay_ms_for
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.service import FabricService
 from topologies import hybrid, registry
-from topologies.fabric import EPS, FabricError
+from topologies.fabric import EPS, HOST, FabricError
 
 K = 4
 
@@ -195,6 +195,30 @@ def test_reroute_drops_unreachable_destinations_unless_filled():
     assert filled.table == before
     assert filled.routes_for(dark)["s1"].keys() == {"h1", "h2"}, \
         "routes_for reports reachability only"
+
+
+
+def test_route_tables_are_kept_per_circuit_set_and_failed_links():
+    """A reconfiguration's tables come from a cache keyed by what changes the
+    graph: the same answer as computed afresh, never shared with a caller
+    that changes its copy, and a failed link or another circuit set is a
+    different table."""
+    fabric = registry.build("hybrid,tors=3")
+    core = EpsCore(fabric)
+    lit, dark = dict(fabric.circuits), {"o1": set()}
+    first = core.routes_for(dark)
+    first["s1"].clear()                                  # the caller's own copy
+    assert core.routes_for(dark) == EpsCore(fabric).routes_for(dark)
+    assert core.routes_for(dark)["s1"], "a caller's change must not reach the cache"
+    assert core.routes_for(lit) != core.routes_for(dark)
+    edge = next((u, v) for u, v in fabric.graph.edges("s1") if fabric.kind(v) == HOST)
+    before = core.routes_for(lit)
+    core.down_links.add(frozenset(edge))
+    after = core.routes_for(lit)
+    assert after != before, f"with {edge} failed the table must change"
+    fresh = EpsCore(fabric)
+    fresh.down_links.add(frozenset(edge))
+    assert after == fresh.routes_for(lit)
 
 
 # ---------------------------------------------------------------- OCS core
