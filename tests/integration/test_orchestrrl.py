@@ -7,7 +7,8 @@ and ahead of the switch in iteration 2, which exposes less; and the model and
 the emulator order the policies alike where the model predicts a gap of 25%
 or more (closer orderings belong to a bench).  Training's CP ring and EP
 all-to-all run layer by layer; the EP layers get Train circuits (on demand in
-iteration 1), the CP pairs share a ToR at this size; gen-ep rides.
+iteration 1), the CP pairs share a ToR at this size; the A/F M2N of the
+wide instances (gen-af, on by default) rides.
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def test_orchestrrl_switches_cross_the_fabric_and_iteration_2_hides_them(tmp_pat
     assert second < first, f"iteration 2 puts them in ahead of the switch: {switches}"
     assert {r["template"] for r in switches} == {"gen-config"}, switches
     spans = result["timeline"]["phase_spans"]
-    riding = [s for s in spans if s["kind"] == "gen-ep"]
-    assert riding, "the expert all-to-all runs beside the switches"
+    riding = [s for s in spans if s["kind"] == "gen-af"]
+    assert riding, "the wide instances' M2N crosses servers after the switch"
+    assert not [s for s in spans if s["kind"] == "gen-ep"], "A/F: no expert all-to-all"
+    m2n_flows = [f for f in flows if f["group"] == "gen-af"]
+    assert m2n_flows and all(f["status"] == "ok" for f in m2n_flows), m2n_flows[:3]
     assert all(s["start"] - s["ready"] < 0.05 for s in riding), \
         f"Small windows ride what is lit, never wait for circuits: {riding}"
     layers = [r for r in result["metrics"]["layers"] if r["policy"] == "static"]
