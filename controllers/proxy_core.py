@@ -59,6 +59,7 @@ class Reconfig:
     delay_s: float
     request: dict
     needed_s: Optional[float] = None     # when the phase that needs it started
+    kind: str = ""               # the phase's kind (as `phase_started` got it)
 
     @property
     def window_s(self) -> float:
@@ -73,7 +74,8 @@ class Reconfig:
         return max(0.0, self.delay_s - self.exposed_s)
 
     def to_dict(self) -> dict:
-        return {"iteration": self.iteration, "phase": self.phase, "ocs": self.ocs,
+        return {"iteration": self.iteration, "phase": self.phase, "kind": self.kind,
+                "ocs": self.ocs,
                 "template": self.template, "mode": self.mode, "issued_s": self.issued_s,
                 "ready_s": self.ready_s, "needed_s": self.needed_s, "delay_s": self.delay_s,
                 "window_s": self.window_s, "exposed_s": self.exposed_s,
@@ -169,15 +171,15 @@ class ControlProxy:
             self.cache[name] = self.templates.for_kind(kind, pairs)
         return self.cache[name]
 
-    def _issue(self, ocs: str, circuits: FrozenSet[Circuit], phase: str, template: Template,
-               t: float, mode: str, iteration: int) -> Reconfig:
+    def _issue(self, ocs: str, circuits: FrozenSet[Circuit], phase: str, kind: str,
+               template: Template, t: float, mode: str, iteration: int) -> Reconfig:
         start = t if self.parallel else max(t, self.busy_until)
         delay = self.delay_s(ocs)
         if not self.parallel:
             self.busy_until = start + delay
         self.target[ocs] = circuits
         rec = Reconfig(iteration, phase, ocs, template.name, mode, t, start + delay, delay,
-                       template.request(ocs))
+                       template.request(ocs), kind=kind)
         self.reconfigs.append(rec)
         self.pending[ocs] = rec
         return rec
@@ -202,7 +204,9 @@ class ControlProxy:
             if want == self.target[ocs]:
                 continue
             iteration = self.iteration + (0 if users[0] < len(remaining) else 1)
-            rec = self._issue(ocs, want, name, self.cache[name], t, "proactive", iteration)
+            # The schedule is the profile's: every phase in it has its kind there.
+            rec = self._issue(ocs, want, name, self.profile[name].kind, self.cache[name], t,
+                              "proactive", iteration)
             requests.append(rec.request)
         return requests
 
@@ -234,7 +238,7 @@ class ControlProxy:
                 if clash:
                     self.warnings.append(f"{name} needs other circuits on {ocs} than the "
                                          f"running {clash}")
-                rec = self._issue(ocs, want, name, tmpl, t, "reactive", self.iteration)
+                rec = self._issue(ocs, want, name, kind, tmpl, t, "reactive", self.iteration)
                 requests.append(rec.request)
             rec = self.pending.pop(ocs, None)
             if rec is not None:
@@ -300,7 +304,7 @@ class ControlProxy:
         return entries
 
     def occurrences(self) -> List[dict]:
-        """Per phase occurrence that needed new circuits: its reconfigurations
+        """Per phase occurrence that needed new circuits: its kind, its reconfigurations
         (one per OCS) from the first request to the last OCS ready, and how
         much of that the phase waited for (``exposed_s``, wall time: the
         phase waits for its slowest OCS) or not (``hidden_s``)."""
@@ -311,7 +315,7 @@ class ControlProxy:
         for (iteration, phase, needed), recs in groups.items():
             issued, ready = min(r.issued_s for r in recs), max(r.ready_s for r in recs)
             exposed = 0.0 if needed is None else max(0.0, ready - needed)
-            rows.append({"iteration": iteration, "phase": phase,
+            rows.append({"iteration": iteration, "phase": phase, "kind": recs[0].kind,
                          "ocs": [r.ocs for r in recs], "template": recs[0].template,
                          "mode": "/".join(sorted({r.mode for r in recs})),
                          "issued_s": issued, "ready_s": ready, "needed_s": needed,

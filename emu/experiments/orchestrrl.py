@@ -63,7 +63,6 @@ Runs (as root)::
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -289,32 +288,18 @@ def _mean(values) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
-_LAYER_PHASE = re.compile(r"train-[fb]\d+-(cp|ep)")
-
-
-def phase_kind(name: str) -> str:
-    """The kind of a phase of `schedule_for`'s schedules, from its name: a
-    TP configuration ``gen-config{k}-tp{t}``, a rebalance ``gen-migrate{j}``, a layer-wise
-    ``train-{f|b}{block}-{cp|ep}``, else the name (one phase per kind)."""
-    for kind in ("gen-config", "gen-migrate"):
-        if name.startswith(kind):
-            return kind
-    layer = _LAYER_PHASE.fullmatch(name)
-    return f"train-{layer.group(1)}" if layer else name
-
-
 def _reconfig_rows(record: PolicyRecord, kinds) -> List[dict]:
-    """Per occurrence of a phase of ``kinds`` that got new circuits: the
-    reconfiguration exposed and hidden, from the proxy."""
+    """Per occurrence of a phase of ``kinds`` (the kind the proxy got with the
+    phase) that got new circuits: the reconfiguration exposed and hidden."""
     if record.proxy is None:
         return []
     count = len(record.iterations)
     return [{"fabric": record.fabric, "policy": record.policy, "iteration": o["iteration"],
-             "phase": o["phase"], "kind": phase_kind(o["phase"]), "ocs": o.get("ocs", []),
+             "phase": o["phase"], "kind": o["kind"], "ocs": o.get("ocs", []),
              "template": o["template"], "mode": o["mode"], "reconfig_s": o["reconfig_s"],
              "exposed_s": o["exposed_s"], "hidden_s": o["hidden_s"]}
             for o in record.proxy.occurrences()
-            if o["iteration"] <= count and phase_kind(o["phase"]) in kinds]
+            if o["iteration"] <= count and o["kind"] in kinds]
 
 
 def switch_rows(record: PolicyRecord) -> List[dict]:

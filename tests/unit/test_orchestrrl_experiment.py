@@ -244,14 +244,17 @@ def test_summarize_when_train_bounds_the_compute_only_iteration():
 
 def test_switch_rows_keep_the_configuration_phases_of_run_iterations():
     occurrences = [
-        {"iteration": 1, "phase": "gen-config1-tp4", "template": "gen-config",
-         "mode": "reactive", "reconfig_s": 0.2, "exposed_s": 0.2, "hidden_s": 0.0},
-        {"iteration": 1, "phase": "weight-sync", "template": "t2g-tree", "mode": "reactive",
-         "reconfig_s": 0.4, "exposed_s": 0.4, "hidden_s": 0.0},
-        {"iteration": 2, "phase": "gen-config1-tp4", "template": "gen-config",
-         "mode": "proactive", "reconfig_s": 0.2, "exposed_s": 0.0, "hidden_s": 0.2},
-        {"iteration": 3, "phase": "gen-config1-tp4", "template": "gen-config",
-         "mode": "proactive", "reconfig_s": 0.2, "exposed_s": 0.0, "hidden_s": 0.2},
+        {"iteration": 1, "phase": "gen-config1-tp4", "kind": "gen-config",
+         "template": "gen-config", "mode": "reactive", "reconfig_s": 0.2, "exposed_s": 0.2,
+         "hidden_s": 0.0},
+        {"iteration": 1, "phase": "weight-sync", "kind": "weight-sync", "template": "t2g-tree",
+         "mode": "reactive", "reconfig_s": 0.4, "exposed_s": 0.4, "hidden_s": 0.0},
+        {"iteration": 2, "phase": "gen-config1-tp4", "kind": "gen-config",
+         "template": "gen-config", "mode": "proactive", "reconfig_s": 0.2, "exposed_s": 0.0,
+         "hidden_s": 0.2},
+        {"iteration": 3, "phase": "gen-config1-tp4", "kind": "gen-config",
+         "template": "gen-config", "mode": "proactive", "reconfig_s": 0.2, "exposed_s": 0.0,
+         "hidden_s": 0.2},
     ]
     proxy = SimpleNamespace(occurrences=lambda: occurrences, warnings=[])
     rec = record("rfabric", "switch", [10.0, 9.0], 22.5, [SWITCH], proxy=proxy)

@@ -358,6 +358,23 @@ def test_reactive_mode_exposes_the_delay_every_time_and_static_never_reconfigure
     assert static.reconfigs == [] and static.summary() == {}
 
 
+def test_occurrences_carry_the_kind_each_phase_started_with():
+    """Reactive (on demand) and proactive (from the profile) reconfigurations
+    alike: a phase's name need not say its kind."""
+    phases, length = schedule(5.0)
+    named = [(f"p{i}-{name}", kind, start, end)
+             for i, (name, kind, start, end) in enumerate(phases)]
+    for mode in ("proactive", "reactive"):
+        proxy = ControlProxy(fabric(), mode=mode, tdf=TDF)
+        drive(proxy, named, length, iterations=2)
+        rows = proxy.occurrences()
+        assert {r["mode"] for r in rows} == ({"reactive", "proactive"} if mode == "proactive"
+                                             else {"reactive"})
+        kinds = {name: kind for name, kind, _, _ in named}
+        assert rows and all(r["kind"] == kinds[r["phase"]] for r in rows)
+        assert all(r.to_dict()["kind"] == kinds[r.phase] for r in proxy.reconfigs)
+
+
 def test_measured_completion_replaces_the_model():
     proxy = ControlProxy(fabric(), mode="reactive", tdf=TDF, parallel=True)
     decision = proxy.phase_started("weight-sync", "weight-sync", 10.0)
