@@ -512,6 +512,20 @@ def _chained(phases: Dict[str, Phase], moments: Sequence[_Moment],
 
 
 # ---------------------------------------------------------------- the schedule
+def _networked_bytes(kind: str, comms: Sequence[Comm], rank_map: RankMap,
+                     off: Dict[str, float]) -> float:
+    """The real bytes of ``comms`` (one kind's, per iteration) that cross the
+    network; those that stay off it (inside a server's HBD, between ranks folded
+    onto one host) go to ``off[kind]`` when there are any.  For a phase of the
+    kind (`build_phases`' ``make``) and for a kind replaced by a chain of
+    per-layer phases alike."""
+    total = sum(c.ops * c.bytes_per_op() for c in comms)
+    networked = sum(c.network_bytes(rank_map) for c in comms)
+    if total - networked > 0:
+        off[kind] = total - networked
+    return networked
+
+
 def _gc_paused(build):
     """Run ``build`` with the cyclic garbage collector off: a schedule at the
     texts' scale is >1M acyclic objects that only make the collector rescan
@@ -585,10 +599,7 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
             replayed = max(replayed, replayed_here)
         flows = [f if f.group == kind else f._replace(group=kind)
                  for part in parts for f in part.flows]
-        total = sum(c.ops * c.bytes_per_op() for c in comms)
-        networked = sum(c.network_bytes(rank_map) for c in comms)
-        if total - networked > 0:
-            off[kind] = total - networked
+        networked = _networked_bytes(kind, comms, rank_map, off)
         if not flows:
             return
         dag = FlowDag._joined(flows, parts)      # validated unless its parts show it valid
@@ -604,10 +615,7 @@ def build_phases(iteration: Iteration, rank_map: RankMap, scale: Scale = Scale()
     layers = _chained(phases, _layer_moments(builder, iteration, train_s, max_ops)
                       if layerwise else [], rate_bps)
     for kind in LAYER_KINDS if layerwise else ():
-        comms = iteration.of_kind(kind)
-        inside = sum(c.ops * c.bytes_per_op() - c.network_bytes(rank_map) for c in comms)
-        if inside > 0:
-            off[kind] = inside
+        _networked_bytes(kind, iteration.of_kind(kind), rank_map, off)
     # The generation step replaces the fixed decode's TP all-reduce; with A/F
     # inside its instances also the expert all-to-all (the experts live on
     # each instance's FFN lanes: the M2N carries their traffic).
