@@ -3,7 +3,8 @@
 Steps, each confirmed by the applier (OpenFlow: barriers) before the next begins:
 
 1. move EPS routes off the circuits that are about to go, onto the kept
-   circuits; a destination that only the torn circuits reach keeps its
+   circuits (every route change of the sequence in `EpsCore.reroute_rounds`'
+   loop-free order, a round confirmed before the next); a destination that only the torn circuits reach keeps its
    route (there is nowhere to move it, and dropping it at the EPS would
    start its outage before the OCS goes dark);
 2. tear those circuits down, alone in their round, and confirm the data
@@ -95,10 +96,10 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     target = dict(eps.fabric.circuits)
     target[ocs.name] = plan.keep | plan.light
 
-    apply(eps.reroute(interim, fill_missing_from=eps.table))
+    _apply_rounds(apply, eps.reroute_rounds(interim, fill_missing_from=eps.table))
     stamps["routes_moved"] = clock()
 
-    repoint = eps.reroute(interim, fill_missing_from=eps.routes_for(target))
+    repoint = eps.reroute_rounds(interim, fill_missing_from=eps.routes_for(target))
     if timed is not None and (plan.tear or plan.light):
         return _kernel_timed(eps, ocs, plan, apply, clock, wait_until, on_step, timed, stamps,
                              repoint, tear, light)
@@ -110,8 +111,7 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     stamps["torn"] = clock()
     # Only now: a repointed route must meet a dark port, not an old circuit that
     # still leads to another ToR (which would send it back: an outage before the dark).
-    if repoint:
-        apply(repoint)
+    _apply_rounds(apply, repoint)
     stamps["repointed"] = clock()
 
     lead = min(max(light_lead_s, 0.0), plan.delay_emulated_s)
@@ -129,7 +129,7 @@ def reconfigure(eps: EpsCore, ocs: OcsCore, plan: ReconfigPlan, apply: Apply,
     on_step("lit", {"t": stamps["lit"], "light": light})
     ocs.commit(plan)
 
-    apply(eps.reroute())
+    _apply_rounds(apply, eps.reroute_rounds())
     stamps["routes_restored"] = clock()
     dark_s = _middle(light_taken or (stamps["dark_end"], stamps["lit"])) - dark_from
     on_step("done", {"t": stamps["routes_restored"], "dark_s": dark_s, "tear": tear,
@@ -149,15 +149,14 @@ def _kernel_timed(eps, ocs, plan, apply, clock, wait_until, on_step, timed, stam
     # the circuits about to light (before, they would meet the old circuit).
     wait_until(dark_from)
     stamps["torn"] = dark_from
-    if repoint:
-        apply(repoint)
+    _apply_rounds(apply, repoint)
     stamps["repointed"] = clock()
     on_step("dark", {"t": dark_from, "dark_until": lit_at, "tear": tear, "light": light})
     wait_until(lit_at)
     stamps["dark_end"] = stamps["lit"] = lit_at
     on_step("lit", {"t": lit_at, "light": light})
     ocs.commit(plan)
-    apply(eps.reroute())
+    _apply_rounds(apply, eps.reroute_rounds())
     stamps["routes_restored"] = clock()
     dark_s = lit_at - dark_from
     on_step("done", {"t": stamps["routes_restored"], "dark_s": dark_s, "tear": tear,
@@ -165,6 +164,13 @@ def _kernel_timed(eps, ocs, plan, apply, clock, wait_until, on_step, timed, stam
     return {"plan": plan.to_dict(), "timestamps": stamps, "dark_from": dark_from,
             "light_lead_s": 0.0, "light_latency_s": 0.0, "dark_s": dark_s,
             "kernel_timed": True, "write_window": list(written)}
+
+
+def _apply_rounds(apply: Apply, rounds: List[Batch]) -> None:
+    """Route changes round by round (`EpsCore.reroute_rounds`), each confirmed
+    before the next, so that no packet loops while the switches change."""
+    for batch in rounds:
+        apply(batch)
 
 
 def _pairs(circuits: Iterable[Tuple[int, int]]) -> List[List[int]]:

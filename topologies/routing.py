@@ -46,10 +46,13 @@ def _hop_distances(logical: nx.MultiGraph, dst: str, transit_hosts: bool) -> Dic
 
 
 def next_hops(logical: nx.MultiGraph, transit_hosts: bool = False,
-              destinations: Optional[Iterable[str]] = None) -> NextHops:
+              destinations: Optional[Iterable[str]] = None,
+              distances: Optional[Dict[str, Dict[str, int]]] = None) -> NextHops:
     """switch -> destination host -> sorted output ports on shortest paths.
 
-    A switch that cannot reach a destination has no entry for it.
+    A switch that cannot reach a destination has no entry for it.  Given a
+    dict, ``distances`` gets switch -> destination host -> hops, for every
+    entry of the table (each of its ports leads one hop nearer).
     """
     hosts = [n for n, d in logical.nodes(data=True) if d["kind"] == HOST]
     switches = [n for n, d in logical.nodes(data=True) if d["kind"] == EPS]
@@ -59,6 +62,8 @@ def next_hops(logical: nx.MultiGraph, transit_hosts: bool = False,
         for switch in switches:
             if switch not in dist:
                 continue
+            if distances is not None:
+                distances.setdefault(switch, {})[dst] = dist[switch]
             ports = set()
             for _, peer, data in logical.edges(switch, data=True):
                 if dist.get(peer) == dist[switch] - 1:

@@ -7,6 +7,7 @@ import queue
 import subprocess
 import sys
 
+import networkx as nx
 import pytest
 from fakes import (FakeDatapath, FakeNetwork, FakeSwitchError, assert_delivered, decode,
                    features_reply)
@@ -16,11 +17,11 @@ from controllers.openflow import app, messages as ofmsg
 from controllers.openflow.compat import (CONFIG_DISPATCHER, MAIN_DISPATCHER, ofp, ofp_event,
                                 parser)
 from controllers.eps_core import EpsCore
-from controllers.intents import Lightpath, Reset, Route
+from controllers.intents import Lightpath, Reset, Route, merge
 from controllers.ocs_core import CUSTOM, TECHNOLOGIES, OcsCore, delay_ms_for
 from controllers.openflow.applier import OpenFlowApplier
 from controllers.service import FabricService
-from topologies import hybrid, registry
+from topologies import hybrid, registry, routing
 from topologies.fabric import EPS, HOST, FabricError
 
 K = 4
@@ -219,6 +220,67 @@ def test_route_tables_are_kept_per_circuit_set_and_failed_links():
     fresh = EpsCore(fabric)
     fresh.down_links.add(frozenset(edge))
     assert after == fresh.routes_for(lit)
+
+
+
+def _looping_destination(fabric, circuits, table):
+    """A destination whose next hops form a cycle over ``circuits``, or None."""
+    logical = routing.base_graph(fabric, circuits)
+    for dst in fabric.hosts:
+        hops = nx.DiGraph()
+        for switch, entries in table.items():
+            ports = entries.get(dst) or ()
+            for _, peer, data in logical.edges(switch, data=True):
+                if data["ports"].get(switch) in ports and fabric.kind(peer) != HOST:
+                    hops.add_edge(switch, peer)
+        if not nx.is_directed_acyclic_graph(hops):
+            return dst
+    return None
+
+
+def _loops_while_applied(fabric, circuits, table, rounds, order):
+    """Apply ``rounds`` a switch at a time in ``order``; the (switch, dst) loops met."""
+    table = {switch: dict(entries) for switch, entries in table.items()}
+    loops = []
+    for batch in rounds:
+        for switch in order(batch):
+            for route in batch[switch]:
+                table.setdefault(switch, {})[route.dst] = route.ports
+            dst = _looping_destination(fabric, circuits, table)
+            if dst:
+                loops.append((switch, dst))
+    return loops
+
+
+@pytest.mark.parametrize("order", [sorted, lambda batch: sorted(batch, reverse=True)],
+                         ids=["switches-in-order", "switches-reversed"])
+def test_reroute_rounds_never_loop_however_the_switches_interleave(order):
+    """The reconfiguration that failed SYNs with ICMP time-exceeded at 48 GPUs
+    (o2 swapping two layer templates): its route moves and restores, applied
+    a switch at a time, loop in one batch but never in `reroute_rounds`."""
+    fabric = registry.build("rfabric,pods=2,train_pods=1,servers_per_pod=12,gpus_per_server=2,"
+                            "radix=8,core_uplinks=1")
+    before = {(2, 11), (3, 15), (5, 7), (6, 12), (14, 16)}
+    after = {(2, 7), (3, 12), (5, 8), (11, 16), (14, 17)}
+    fabric.circuits["o2"] = set(before)
+    outcomes = {}
+    for name, ordered in (("one batch", lambda rounds: [merge(*rounds)]),
+                          ("rounds", lambda rounds: rounds)):
+        fabric.circuits["o2"] = set(before)
+        core = EpsCore(fabric)
+        lit = dict(fabric.circuits)
+        interim, target = dict(lit, o2=before & after), dict(lit, o2=after)
+        start = core.table
+        moved = core.reroute_rounds(interim, fill_missing_from=core.table)
+        loops = _loops_while_applied(fabric, lit, start, ordered(moved), order)
+        core.reroute(interim, fill_missing_from=core.routes_for(target))    # repoint
+        stranded = core.table
+        fabric.circuits["o2"] = set(after)
+        restored = core.reroute_rounds()
+        loops += _loops_while_applied(fabric, fabric.circuits, stranded, ordered(restored), order)
+        outcomes[name] = loops
+    assert outcomes["one batch"], "the case must loop when written in one batch"
+    assert outcomes["rounds"] == [], f"loops met between rounds' switches: {outcomes['rounds']}"
 
 
 # ---------------------------------------------------------------- OCS core
