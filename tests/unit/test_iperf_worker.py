@@ -68,3 +68,42 @@ def test_building_a_client_starts_no_process_once_libiperf_is_known(monkeypatch)
     monkeypatch.setattr(subprocess, "Popen", no_process)
     for _ in range(2):
         assert build_client(ClientSpec("127.0.0.1", 5999, bytes=1000)).lib is not None
+
+
+class _Run:
+    def __init__(self, error):
+        self.json = {"error": error} if error else {"end": {}}
+
+
+class _Client:
+    """A libiperf client stand-in: each run ends with the next scripted error."""
+
+    def __init__(self, errors):
+        self.errors = errors
+
+    def run(self):
+        return _Run(self.errors.pop(0))
+
+
+@pytest.mark.parametrize("errors, runs, final", [
+    # The server was not listening yet: try again until it is.
+    (["unable to connect to server: Connection refused", ""], 2, None),
+    # The control connection got through and the data stream did not: the
+    # one-off server took its test, so the flow fails with the real cause.
+    (["unable to connect stream: No route to host", "unable to connect to server: "
+      "Connection refused"], 1, "unable to connect stream: No route to host"),
+])
+def test_only_a_test_that_never_reached_its_server_is_retried(monkeypatch, errors, runs, final):
+    from emu.live import iperf_worker
+    script = list(errors)
+    clients = []
+
+    def build(spec):
+        clients.append(_Client(script))
+        return clients[-1]
+
+    monkeypatch.setattr(iperf_worker, "build_client", build)
+    monkeypatch.setattr(iperf_worker, "CONNECT_RETRY_S", 0.0)
+    out = iperf_worker.run_client(ClientSpec(dst="10.0.0.1", port=5201, bytes=138))
+    assert len(clients) == runs
+    assert out["result"].get("error") == final
