@@ -1,9 +1,10 @@
 """Disaggregated RL on several fabrics: the RFabric Figure 6 comparison, emulated.
 
-One small RL workload (`WORKLOADS`: ``toy-16``, a dense 0.5 B-parameter toy
-model on 16 GPUs, Train TP=2 x PP=2 x DP=2 in one PoD, Gen TP=2 x DP=4 with
-1:1 P/D in the other, one-step asynchronous; or ``toy-moe-16``, the same as
-a small MoE with Gen EP=2 and, on the decode side, 1:1 A/F) is laid out as
+One small RL workload (`WORKLOADS`: ``toy-moe-16``, the default, a 0.5
+B-parameter toy MoE on 16 GPUs, Train TP=2 x PP=2 x DP=2 in one PoD, Gen
+TP=2 x DP=4 x EP=2 with 1:1 P/D and, on the decode side, 1:1 A/F in the
+other, one-step asynchronous, answering in 32 tokens; or ``toy-16``, a
+dense toy of the same size with 1K-token answers and no A/F) is laid out as
 phases by `traffic.phases` and replayed for ``iterations`` on each fabric of
 ``fabrics``, one testbed at a time (``OWNS_TESTBEDS``: `emu.live.series`).
 Phases that overlap in the layout run concurrently (`emu.live.rlreplay`).
@@ -41,9 +42,11 @@ Runs (as root)::
   .venv/bin/python -m emu.run rfabric --set fabrics=fattree,clos,fattree-os,roft,sip-ocs,rfabric
   .venv/bin/python -m emu.run rfabric --set rfabric.mode=reactive
 
-Each fabric takes about a minute for two iterations of ``toy-16`` (sip-ocs
-two: its GPUs forward, over 100G ports).  Results: ``<run>/<fabric>/`` holds
-each testbed's controller.log, dumps/ and per-flow iperf3 JSON.
+Each fabric takes about a minute for two iterations of ``toy-moe-16`` (sip-ocs
+two: its GPUs forward, over 100G ports; the flow-level model puts the five
+default fabrics' ten iterations at 289 emulated seconds, ``toy-16``'s at
+223).  Results: ``<run>/<fabric>/`` holds each testbed's controller.log,
+dumps/ and per-flow iperf3 JSON.
 """
 
 from __future__ import annotations
@@ -98,8 +101,8 @@ def toy_moe_16(compute: ComputeTimes) -> RLConfig:
     DP=2 (8 GPUs, no EP: the experts' gradients reduce over the same DP pairs as
     the dense ones); Gen TP=2 x DP=4 x EP=2 (8 GPUs, one replica per server) as
     2 prefill + 2 decode replicas (P/D 1:1), the 2 decode replicas split by A/F
-    1:1 into 1 attention + 1 FFN replica; 16 prompts x 4 responses of 1K + 1K
-    tokens.
+    1:1 into 1 attention + 1 FFN replica; 16 prompts x 4 responses of 1K + 32
+    tokens.  The scenario's default.
 
     TP stays in the server.  On the network: PP send/recv, the DP all-reduces
     (dense and experts), the P/D KV bursts (prefill -> attention replica), the
@@ -109,19 +112,38 @@ def toy_moe_16(compute: ComputeTimes) -> RLConfig:
     response stream and the weight sync.  gen-ep and gen-af have Small
     windows (Table 1): they ride the EPS and the circuits in place, the
     RFabric proxy sets none for them
-    (`controllers.rfabric_templates.KIND_TEMPLATE`).  Their volume (8 GiB
-    each per iteration, decode steps included) is a large share of the
-    scenario's default ``gen_s`` (0.1 s) at 400 Gbit/s.  That is the toy's
-    artefact, not the fabrics': its decode time is compressed about
-    fifty-fold (1,024 decode steps in 0.1 s), its per-step traffic is not.
-    Why ``toy-16`` stays dense."""
+    (`controllers.rfabric_templates.KIND_TEMPLATE`).
+
+    Why 32 response tokens: gen-af is per decode step (2 x 16 layers of 128
+    KiB per lane), so the decode steps must fit the scenario's ``gen_s``
+    (0.1 s) at a decode step's real time, or generation turns network-bound
+    for a reason no fabric has.  Assumed, for this toy on H800-class GPUs
+    as in ``traffic/decode.toml``, about 3 ms a step: 1.5 ms of vLLM's
+    per-step scheduling, sampling and launch (decode.toml's ``fixed_s``);
+    0.16 ms reading the weights (64 sequences at top-2 touch all 8 experts:
+    the attention side's 0.2e9 and the FFN side's 0.3e9 bf16 parameters,
+    each over its 2 lanes at 3.1 TB/s, one after the other); 0.35 ms
+    reading the KV (64 sequences x ~1,040 tokens x 32 KiB over 2 lanes);
+    ~0.8 ms for the 32 M2N exchanges (3 us each on the wire at 400 Gbit/s,
+    the rest latency and synchronisation) and the attention side's
+    all-reduces in the server.  32 steps take ~0.09 s, the rest of ``gen_s``
+    being the first prefill and its KV burst.  With 1K-token answers (as
+    ``toy-16``) the same 0.1 s held 1,024 steps, 0.1 ms each, while their
+    M2N stayed 8 GiB an iteration: the toy's artefact, not the fabrics'.
+    ``gen_s`` is kept rather than derived from the steps: 1,024 x 3 ms is 3 s
+    of Gen an iteration, 30 times ``gen_s``, and the scenario would run for
+    hours.  Train's sequences
+    shrink to 1,056 tokens with ``train_s`` kept: 6 x 0.27e9 active
+    parameters x 64 x 1,056 tokens = 1.1e14 FLOP on 8 GPUs is 0.07 s at
+    20% of the 990 TFLOP/s bf16 peak.  The prefill's gen-ep (8 GiB, 1K
+    prompts) is unchanged: 43 ms per lane at 400 Gbit/s in the 0.1 s."""
     return RLConfig(model=TOY_MOE, train=Parallelism(tp=2, pp=2, dp=2),
                     gen=Parallelism(tp=2, dp=4, ep=2), gpus_per_server=2, batch_prompts=16,
-                    responses_per_prompt=4, prompt_len=1024, response_len=1024,
+                    responses_per_prompt=4, prompt_len=1024, response_len=32,
                     pd_prefill=1, pd_decode=1, af_attention=1, af_ffn=1, compute=compute)
 
 
-WORKLOADS = {"toy-16": toy_16, "toy-moe-16": toy_moe_16}
+WORKLOADS = {"toy-moe-16": toy_moe_16, "toy-16": toy_16}
 
 FIELDS = {
     "fabrics": Field(list, ["fattree", "rfabric"], "fabrics to compare, in order; the first "
@@ -130,7 +152,8 @@ FIELDS = {
     "preset": Field(str, "mems", "OCS technology (Table 2) of rfabric and sip-ocs",
                     choices=list(TECHNOLOGIES)),
     "mode": Field(str, "proactive", "control proxy mode on rfabric", choices=list(MODES)),
-    "workload": Field(str, "toy-16", "RL workload", choices=sorted(WORKLOADS)),
+    "workload": Field(str, "toy-moe-16", "RL workload: toy-moe-16 (MoE, EP and A/F "
+                      "riding) or toy-16 (dense)", choices=sorted(WORKLOADS)),
     "train_s": Field(float, 0.08, "Train compute per iteration, real s (x tdf)", minimum=0.0),
     "gen_s": Field(float, 0.1, "Gen compute per iteration, real s (x tdf)", minimum=0.0),
     "optimizer_s": Field(float, 0.03, "optimizer step between the DP all-reduce and the "

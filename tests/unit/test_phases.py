@@ -239,12 +239,16 @@ REGRESSION = {
     # decode all-to-all beside it).
     "moe128-af": "cee2a6f6834af438",
     # The rfabric scenario's toy-moe-16 (Gen EP=2, P/D and A/F: gen-ep, gen-af on
-    # the network), recorded from the build that added it.
-    "toy16moe-ops4": "7ff62bf3678efcdd",
+    # the network), recorded from the build that added it; re-recorded (this and
+    # toy16moe-ops4-pods) when it became the default with 32-token answers (was
+    # 1,024: 7ff62bf3678efcdd and be1e01f297fe6745, still given by response_len=1024):
+    # train-pp's and response's bytes (1,056-token sequences), gen-af's (32 decode
+    # steps) and the planned starts of train-dp and weight-sync change.
+    "toy16moe-ops4": "1fbbe1301ac5109a",
     # Layer-wise Train (CP and EP per layer block), recorded from the build that added it.
     "moe256-layerwise": "ade3cd10637f2243",
     "orl48-layerwise": "0d7ff59d500705f5",
-    "toy16moe-ops4-pods": "be1e01f297fe6745",
+    "toy16moe-ops4-pods": "c9c8446ed60858c5",
 }
 
 

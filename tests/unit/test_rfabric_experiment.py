@@ -78,8 +78,12 @@ def test_check_names_the_key_and_the_allowed_values():
     assert loaded.section["preset"] == "piezo" and loaded.experiment.network is Network.SERIES
 
 
-def test_the_workload_has_the_same_phases_on_every_fabric():
-    cfg = rf.workload(settings())
+@pytest.mark.parametrize("workload, names", [
+    ("toy-moe-16", ["train-pp", "gen-ep", "gen-pd", "gen-af", "response", "train-dp",
+                    "weight-sync"]),
+    ("toy-16", ["train-pp", "gen-pd", "response", "train-dp", "weight-sync"])])
+def test_the_workload_has_the_same_phases_on_every_fabric(workload, names):
+    cfg = rf.workload(settings(workload=workload))
     assert cfg.world == 16
     first = None
     for spec in rf.fabric_specs("rfabric", ["fattree", "clos", "rfabric"], "mems").values():
@@ -87,25 +91,41 @@ def test_the_workload_has_the_same_phases_on_every_fabric():
         flows = [(f.id, f.src, f.dst, f.bytes) for p in sched.phases for f in p.dag.flows]
         first = first or flows
         assert flows == first, "the same flows whatever the fabric"
-    assert sched.names() == ["train-pp", "gen-pd", "response", "train-dp", "weight-sync"]
+    assert sched.names() == names
     assert 10 <= sched.iteration_s <= 20, "an iteration of 10-20 emulated seconds"
 
 
-# toy-moe-16 on the 16 hosts of rfabric,pods=2,train_pods=1: (phase, window, flows, bytes).
+def test_the_default_is_the_moe_toy_whose_decode_fits_gen_s():
+    """toy-moe-16 is the default; its decode steps at the ~3 ms a step its
+    docstring assumes fit the scenario's gen_s, where toy-16's 1K-token
+    answers would need 30 times as long (its decode traffic stays in the
+    servers, so only the MoE's A/F M2N would show it)."""
+    assert rf.FIELDS["workload"].default == "toy-moe-16"
+    assert set(rf.WORKLOADS) == {"toy-moe-16", "toy-16"}
+    step_s = 0.003
+    moe, dense = rf.workload(settings()), rf.workload(settings(workload="toy-16"))
+    assert moe.response_len * step_s <= settings()["gen_s"] < 1.5 * moe.response_len * step_s
+    assert dense.response_len * step_s > 30 * settings()["gen_s"]
+    assert moe.prompt_len == dense.prompt_len and moe.seqs == dense.seqs
+
+
+# toy-moe-16 (the default) on the 16 hosts of rfabric,pods=2,train_pods=1: (phase,
+# window, flows, bytes).
 TOY16_PHASES = [
-    ("train-pp", "Large", 32, 2 ** 30),                 # 4 lanes x 32 micro-batches x 4 MiB x 2
+    ("train-pp", "Large", 32, 528 * 2 ** 20),           # 4 lanes x 32 micro-batches x
+                                                        # 1,056 tokens x 4 KiB x 2
     ("gen-ep", "Small", 16, 8 * 2 ** 30),               # prefill only, the 2 prefill replicas
                                                         # (A/F's M2N carries the decode's)
     ("gen-pd", "Large", 8, 2 * 2 ** 30),                # 64 requests x 32 MiB of KV
-    ("gen-af", "Small", 16, 8 * 2 ** 30),               # 2 lanes x 16K ops x 128 KiB x 2
-    ("response", "Large", 4, 2 ** 20),                  # 64 sequences x 2K tokens x 8 B
+    ("gen-af", "Small", 16, 256 * 2 ** 20),             # 2 lanes x 512 ops x 128 KiB x 2
+    ("response", "Large", 4, 64 * 1056 * 8),            # 64 sequences x 1,056 tokens x 8 B
     ("train-dp", "Large", 32, 2e9),                     # dense + experts: 8 ranks x P x 2 B / 4
     ("weight-sync", "Large", 14, 4e9),                  # 1 GB to Gen replica 0, 1 GB to 1-3
 ]
 
 
 def test_toy_moe_16_has_ep_and_af_on_the_network():
-    cfg = rf.workload(settings(workload="toy-moe-16"))
+    cfg = rf.workload(settings())
     assert cfg.model.moe and cfg.model.experts == 8 and cfg.model.top_k == 2
     assert cfg.model.expert_params / cfg.model.params == pytest.approx(0.6, abs=0.01)
     assert cfg.gen.ep == 2 and cfg.train.ep == 1
@@ -129,13 +149,12 @@ def test_toy_moe_16_has_ep_and_af_on_the_network():
 
 
 def test_the_proxy_leaves_gen_ep_and_gen_af_alone():
-    """Proactive RFabric proxy over two iterations of toy-moe-16's schedule: gen-ep
-    and gen-af (Small windows) start without a reconfiguration, on demand or
-    ahead, and no other phase's circuits are set for them; the Large-window
-    phases do get theirs."""
+    """Proactive RFabric proxy over two iterations of the default's (toy-moe-16's)
+    schedule: gen-ep and gen-af (Small windows) start without a reconfiguration,
+    on demand or ahead, and no other phase's circuits are set for them; the
+    Large-window phases do get theirs."""
     fabric = registry.build("rfabric,pods=2,train_pods=1")
-    sched = rf.schedule_for(rf.workload(settings(workload="toy-moe-16")), fabric.hosts,
-                            SCALE, 4)
+    sched = rf.schedule_for(rf.workload(settings()), fabric.hosts, SCALE, 4)
     proxy = ControlProxy(fabric, mode="proactive", tdf=100.0)
     decisions = {}
     base = 0.0
@@ -285,9 +304,18 @@ def test_summarize_reports_normalized_throughput_exposure_and_the_timeline():
     assert len(outcome.steps) == 4
     dark = outcome.timeline["dark_windows"]
     assert dark and all(w["end"] > w["start"] >= 0 for w in dark)
+    # The default (toy-moe-16): gen-ep and gen-af get a throughput series and
+    # spans of their own, and ride: no reconfiguration row is theirs.
     assert {s["label"] for s in outcome.timeline["series"]} == {
-        "train-pp", "gen-pd", "response", "train-dp", "weight-sync"}
+        "train-pp", "gen-ep", "gen-pd", "gen-af", "response", "train-dp", "weight-sync"}
+    for kind in ("gen-ep", "gen-af"):
+        series = next(s for s in outcome.timeline["series"] if s["label"] == kind)
+        assert max(mbps for _, mbps in series["points"]) > 0, kind
+        spans = [s for s in outcome.timeline["phase_spans"] if s["phase"] == kind]
+        assert {(s["fabric"], s["iteration"]) for s in spans} == {
+            (f, i) for f in ("fattree", "rfabric") for i in (1, 2)}, kind
     assert {r["mode"] for r in m["reconfigurations"]} >= {"reactive", "proactive"}
+    assert not {r["phase"] for r in m["reconfigurations"]} & {"gen-ep", "gen-af"}
 
 
 def test_throughput_series_spreads_bytes_over_bins():
@@ -382,7 +410,7 @@ def test_a_phase_tells_the_circuits_the_proxy_asked_for_it_on_demand_or_ahead():
 def test_a_static_proxy_tells_no_template_and_no_circuits():
     _, _, bed = fake_run("static", iterations=1)
     starts = [e for e in _phase_events(bed, 1) if e["state"] == "start"]
-    assert len(starts) == 5
+    assert len(starts) == 7, "toy-moe-16's phases, gen-ep and gen-af included"
     assert all(e["template"] is None and e["circuits"] is None for e in starts)
 
 
