@@ -40,9 +40,11 @@ alternate through the forward and backward passes, and the proxy gives each
 layer type circuits sized to it on the Train PoD's aggregation OCS
 (`controllers.rfabric_templates`, ``train-layer``), profiled in iteration 1
 and put in ahead of each layer from iteration 2; reported per layer-type
-change (``metrics.layers``) and drawn in ``orchestrrl_layers.png``.  Off by
-default: on the emulator a change per layer takes the control plane longer
-than a layer's compute (README, "Layer-wise training").
+change (``metrics.layers``) and drawn in ``orchestrrl_layers.png``.  On by
+default; ``layerwise = false`` replays Train's phases whole.  On the emulator a
+change per layer takes the live control plane longer than a layer's compute,
+so the layers' reconfiguration stays exposed in every iteration there
+(README, "Layer-wise training").
 
 Reported per fabric and policy: step and iteration time, throughput relative
 to ``static`` on the same fabric next to the text's "up to 1.40x", the
@@ -112,10 +114,9 @@ FIELDS = {
     "optimizer_s": Field(float, 0.05, "optimizer step, real s (x tdf)", minimum=0.0),
     "max_ops": Field(int, 4, "replayed operations per communication (coalesced); also "
                      "the layer blocks of the layer-wise Train phases", minimum=1, maximum=16),
-    "layerwise": Field(bool, False, "Train's CP ring and EP all-to-all layer by layer, "
-                       "with circuits per layer type on rfabric (RFabric section 4.3); off by "
-                       "default: on the emulator a change per layer outruns the control "
-                       "plane (README)"),
+    "layerwise": Field(bool, True, "Train's CP ring and EP all-to-all layer by layer, "
+                       "with circuits per layer type on rfabric (RFabric section 4.3); false: "
+                       "Train's phases whole"),
     "model_gpus": Field(list, [2048, 4096], "GPU counts of the flow-level model runs "
                         "(empty: none)", item=int, minimum=64),
     "model_radix": Field(int, 64, "EPS radix at the model's scale", choices=[64, 128]),
