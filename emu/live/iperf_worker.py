@@ -174,27 +174,28 @@ def run_client(spec: ClientSpec, client=None) -> dict:
     and looks it up with ``ldconfig`` (about 18 ms here), which would
     otherwise delay every flow's start.
 
-    Only a control connection that did not get through is retried
-    (`retry_connect`).  Once it did, the one-off server has taken its one
-    test, and a later failure (its data stream's connection refused with
-    "No route to host") is the flow's: retried, it met a server that had
-    exited, and reported "Connection refused", which hid the cause.
+    A test that could not connect is tried again (its server may still be
+    starting); if every try fails, the error says what the first one met.
+    That is the cause: once a try's control connection got through, the
+    one-off server took its one test, and the tries after it were refused
+    whatever had gone wrong ("unable to connect stream: No route to host"
+    under a routing loop showed as "Connection refused").
     """
-    for _ in range(CONNECT_RETRIES):
+    first_error = ""
+    for tries in range(1, CONNECT_RETRIES + 1):
         client = client or build_client(spec)
         start = time.time()
         result = client.run().json
         client = None               # a libiperf test runs once
-        if not retry_connect(result.get("error", "")):
+        error = result.get("error", "")
+        if "unable to connect" not in error and "Connection refused" not in error:
             break
+        first_error = first_error or error
         time.sleep(CONNECT_RETRY_S)
+    else:
+        if first_error != error:
+            result["error"] = f"{first_error} (then {tries - 1} more tries, the last: {error})"
     return {"start": start, "end": time.time(), "result": result}
-
-
-def retry_connect(error: str) -> bool:
-    """Whether a test that ended with ``error`` never reached its server
-    (iperf3: "unable to connect to server: ..."), so that trying again is safe."""
-    return error.startswith("unable to connect to server")
 
 
 def parse_args(argv) -> argparse.Namespace:

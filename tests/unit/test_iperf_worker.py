@@ -88,12 +88,15 @@ class _Client:
 @pytest.mark.parametrize("errors, runs, final", [
     # The server was not listening yet: try again until it is.
     (["unable to connect to server: Connection refused", ""], 2, None),
-    # The control connection got through and the data stream did not: the
-    # one-off server took its test, so the flow fails with the real cause.
-    (["unable to connect stream: No route to host", "unable to connect to server: "
-      "Connection refused"], 1, "unable to connect stream: No route to host"),
+    # Every try failed: the first one's error is the cause, the rest were
+    # refused by a one-off server that had taken its test.
+    (["unable to connect stream: No route to host"] +
+     ["unable to connect to server: Connection refused"] * 3, 3,
+     "unable to connect stream: No route to host (then 2 more tries, the last: "
+     "unable to connect to server: Connection refused)"),
 ])
-def test_only_a_test_that_never_reached_its_server_is_retried(monkeypatch, errors, runs, final):
+def test_a_test_that_cannot_connect_is_retried_and_says_why_the_first_try_failed(
+        monkeypatch, errors, runs, final):
     from emu.live import iperf_worker
     script = list(errors)
     clients = []
@@ -103,6 +106,7 @@ def test_only_a_test_that_never_reached_its_server_is_retried(monkeypatch, error
         return clients[-1]
 
     monkeypatch.setattr(iperf_worker, "build_client", build)
+    monkeypatch.setattr(iperf_worker, "CONNECT_RETRIES", 3)
     monkeypatch.setattr(iperf_worker, "CONNECT_RETRY_S", 0.0)
     out = iperf_worker.run_client(ClientSpec(dst="10.0.0.1", port=5201, bytes=138))
     assert len(clients) == runs
