@@ -34,15 +34,10 @@ from fuzzing import assert_clear, capture_stderr, hostile_text, json_values, sha
 from test_orchestrrl_plots import _result as orchestrrl_result
 from test_report import FLOWS, synthetic_result
 from test_report_plots import cost_result, fabrics_result
+from test_rl_plots import RFABRIC_RESULT
 from test_view_state import T0, ocs_run, pd_run, record_run, rfabric_run
 
 REPO = Path(__file__).resolve().parents[2]
-RFABRIC_RESULT = {"scenario": "rfabric", "metrics": {
-    "fabrics": [{"fabric": "fattree", "normalized_throughput_ratio": 1.0},
-                {"fabric": "rfabric", "normalized_throughput_ratio": 0.95}],
-    "phases": [{"fabric": f, "iteration": i, "phase": p, "duration_s": d}
-               for f in ("fattree", "rfabric") for i in (1, 2)
-               for p, d in (("train-dp", 2.0), ("weight-sync", 5.0))]}}
 RESULTS = {"ocs-reconfig": synthetic_result(), "cost": cost_result(),
            "fabrics": fabrics_result(), "rfabric": RFABRIC_RESULT,
            "orchestrrl": orchestrrl_result()}

@@ -1,5 +1,6 @@
 """Figure 6 / phase / Figure 3 analogues from a synthetic rfabric run."""
 
+import copy
 import csv
 import json
 
@@ -9,13 +10,17 @@ from emu.report.rl_plots import interarrivals, write_rl_plots
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+# A synthetic rfabric result: two fabrics, two iterations of two phases.
+RFABRIC_RESULT = {"scenario": "rfabric", "metrics": {
+    "fabrics": [{"fabric": "fattree", "normalized_throughput_ratio": 1.0},
+                {"fabric": "rfabric", "normalized_throughput_ratio": 0.95}],
+    "phases": [{"fabric": f, "iteration": i, "phase": p, "duration_s": d}
+               for f in ("fattree", "rfabric") for i in (1, 2)
+               for p, d in (("train-dp", 2.0), ("weight-sync", 5.0))]}}
+
+
 def _run(tmp_path):
-    result = {"scenario": "rfabric", "metrics": {
-        "fabrics": [{"fabric": "fattree", "normalized_throughput_ratio": 1.0},
-                    {"fabric": "rfabric", "normalized_throughput_ratio": 0.95}],
-        "phases": [{"fabric": f, "iteration": i, "phase": p, "duration_s": d}
-                   for f in ("fattree", "rfabric") for i in (1, 2)
-                   for p, d in (("train-dp", 2.0), ("weight-sync", 5.0))]}}
+    result = copy.deepcopy(RFABRIC_RESULT)
     (tmp_path / "result.json").write_text(json.dumps(result))
     with open(tmp_path / "flows.csv", "w", newline="") as stream:
         writer = csv.writer(stream)
